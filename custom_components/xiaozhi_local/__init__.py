@@ -1,0 +1,40 @@
+"""Xiaozhi Local: Home Assistant as the server of xiaozhi voice devices."""
+
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import config_validation as cv
+from homeassistant.helpers.typing import ConfigType
+
+from .const import DOMAIN
+from .http import XiaozhiWebSocketView
+from .hub import XiaozhiConfigEntry, XiaozhiHub
+from .services import async_setup_services
+
+CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
+
+
+async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
+    """Register the device endpoint and the actions, once (routes cannot be removed)."""
+    hass.http.register_view(XiaozhiWebSocketView())
+    async_setup_services(hass)
+    return True
+
+
+async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:
+    """Start the hub: devices from the subentries; the endpoint accepts them from now on."""
+    hub = XiaozhiHub(hass, entry)
+    hub.async_sync_devices()
+    hub.async_start()
+    entry.runtime_data = hub
+    entry.async_on_unload(entry.add_update_listener(_async_entry_updated))
+    return True
+
+
+async def _async_entry_updated(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> None:
+    """Devices added, changed or removed: applied without dropping the other connections."""
+    entry.runtime_data.async_sync_devices()
+
+
+async def async_unload_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:
+    """Close every device connection; the endpoint refuses devices until the next setup."""
+    await entry.runtime_data.async_shutdown()
+    return True

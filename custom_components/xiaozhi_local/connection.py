@@ -1,0 +1,169 @@
+"""One device WebSocket on HA's HTTP server: the receive loop, hello deadline, MCP discovery."""
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+import logging
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from homeassistant.core import HomeAssistant, callback
+
+from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION
+from .device import XiaozhiDevice
+from .protocol import session as proto_session
+from .protocol.mcp import McpConnectionError, McpError, McpRemoteError
+from .protocol.messages import ClientHello, ControlMessage
+from .protocol.session import DeviceSession, OnceLogger
+
+_LOGGER = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientInfo:
+    """What a client said about itself when it connected (headers or query)."""
+
+    device_id: str
+    client_id: str | None
+    protocol_version: int
+    remote: str | None
+
+
+class DeviceConnection:
+    """The runtime side of one connection: wires a DeviceSession to aiohttp and to HA."""
+
+    def __init__(self, hass: HomeAssistant, device: XiaozhiDevice, ws: web.WebSocketResponse, client: ClientInfo) -> None:
+        self.hass = hass
+        self.device = device
+        self.ws = ws
+        self.client = client
+        self.log = OnceLogger(device.mac, _LOGGER)
+        self.session = DeviceSession(device.mac, ws.send_str, self, log=self.log)
+        self.discovered = asyncio.Event()
+        self.audio_frames = 0
+        self.heard = True  # anything received since the last liveness sweep
+        self.missed_pings = 0
+        self._discovery: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        """Receive until the connection ends; always leaves the device detached."""
+        loop = asyncio.get_running_loop()
+        hello_deadline = loop.time() + proto_session.HELLO_TIMEOUT
+        try:
+            while True:
+                # aiohttp reads a timeout of 0 as "none": keep it positive.
+                timeout = None if self.session.hello else max(0.001, hello_deadline - loop.time())
+                try:
+                    msg = await self.ws.receive(timeout=timeout)
+                except TimeoutError:
+                    _LOGGER.warning(
+                        "Device %s sent no hello within %s s; closing", self.device.mac, proto_session.HELLO_TIMEOUT
+                    )
+                    await self.ws.close(code=4000, message=b"no hello")
+                    return
+                self.heard = True
+                if msg.type is WSMsgType.TEXT:
+                    await self.session.handle_text(msg.data)
+                elif msg.type is WSMsgType.BINARY:
+                    self.session.handle_binary(msg.data)
+                elif msg.type is WSMsgType.PING:  # autoping is off: answer ourselves
+                    await self.ws.pong(msg.data)
+                elif msg.type is WSMsgType.PONG:
+                    pass
+                elif msg.type is WSMsgType.ERROR:
+                    _LOGGER.warning("Device %s: connection error: %s", self.device.mac, self.ws.exception())
+                    return
+                else:  # CLOSE, CLOSING, CLOSED
+                    return
+        except (ConnectionError, RuntimeError) as err:  # sending on a socket the peer dropped
+            _LOGGER.debug("Device %s: connection lost: %s", self.device.mac, err)
+        finally:
+            self._cleanup()
+            if not self.ws.closed:  # also stops aiohttp's heartbeat timer
+                with contextlib.suppress(Exception):
+                    await self.ws.close()
+
+    @callback
+    def _cleanup(self) -> None:
+        self.session.close(f"device {self.device.mac} disconnected")
+        if self._discovery is not None:
+            self._discovery.cancel()
+        self.discovered.set()  # nobody waits forever on a gone connection
+        if self.device.connection is self:
+            _LOGGER.info("Device %s disconnected", self.device.mac)
+        self.device.async_detach(self)
+
+    async def async_close(self, reason: str) -> None:
+        """Close from our side (replaced, unloaded, token changed)."""
+        _LOGGER.debug("Closing device %s: %s", self.device.mac, reason)
+        self.session.close(reason)
+        if not self.ws.closed:
+            await self.ws.close(code=1000, message=reason.encode()[:120])
+
+    @callback
+    def async_check_alive(self, missed_allowed: int) -> None:
+        """One liveness sweep: ping, or close when the device has been silent too long."""
+        if self.heard:
+            self.heard, self.missed_pings = False, 0
+        else:
+            self.missed_pings += 1
+        if self.missed_pings >= missed_allowed:
+            _LOGGER.info("Device %s stopped answering; closing its connection", self.device.mac)
+            self.hass.async_create_task(self.async_close("no answer to pings"), eager_start=True)
+        elif not self.ws.closed:
+            self.hass.async_create_task(self._async_ping(), eager_start=True)
+
+    async def _async_ping(self) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.ws.ping()
+
+    # -- SessionHandler ---------------------------------------------------------------------
+
+    def on_hello(self, hello: ClientHello) -> None:
+        """The device is in: attach it and learn its tools."""
+        _LOGGER.info(
+            "Device %s connected (protocol %s, client %s)", self.device.mac, self.client.protocol_version, self.client.client_id
+        )
+        self.device.async_attach(self)
+        if hello.supports_mcp:
+            self._discovery = self.hass.async_create_background_task(
+                self._async_discover(), f"xiaozhi_local discovery {self.device.mac}"
+            )
+        else:
+            self.device.async_set_discovery(self.device.server_info, [])
+            self.discovered.set()
+
+    async def _async_discover(self) -> None:
+        mcp = self.session.mcp
+        try:
+            try:
+                info = await mcp.initialize(timeout=DISCOVERY_TIMEOUT)
+            except McpRemoteError as err:  # some clients skip initialize; tools/list may still work
+                self.log.warn("initialize_failed", f"initialize failed: {err}")
+                info = mcp.server_info
+            tools = await mcp.list_tools(with_user_tools=True, timeout=DISCOVERY_TIMEOUT)
+        except McpConnectionError:
+            pass  # gone while we asked
+        except McpError as err:
+            _LOGGER.warning("Device %s: could not list its tools: %s", self.device.mac, err)
+        else:
+            _LOGGER.debug("Device %s offers %d tools", self.device.mac, len(tools))
+            self.device.async_set_discovery(info, tools)
+        finally:
+            self.discovered.set()
+
+    def on_notification(self, method: str, params: Any) -> None:
+        """A device notification becomes an HA event."""
+        self.hass.bus.async_fire(
+            EVENT_NOTIFICATION,
+            {"device_id": self.device.device_id, "mac": self.device.mac, "method": method, "params": params},
+        )
+
+    def on_control(self, message: ControlMessage) -> None:
+        """``listen``/``abort``/…: the voice satellite takes these over later."""
+        _LOGGER.debug("Device %s: %s message %s", self.device.mac, message.type, message.data)
+
+    def on_audio(self, data: bytes) -> None:
+        """Audio before the voice satellite exists: counted and dropped."""
+        self.audio_frames += 1

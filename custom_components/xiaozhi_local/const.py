@@ -1,0 +1,37 @@
+"""Constants of Xiaozhi Local."""
+
+from datetime import timedelta
+from typing import Final
+
+DOMAIN: Final = "xiaozhi_local"
+
+WS_PATH: Final = "/api/xiaozhi_local/v1/"
+
+SUBENTRY_DEVICE: Final = "device"
+CONF_MAC: Final = "mac"
+CONF_TOKEN: Final = "token"
+CONF_CLIENT_ID: Final = "client_id"
+
+EVENT_NOTIFICATION: Final = f"{DOMAIN}_notification"
+
+SERVICE_CALL_TOOL: Final = "call_tool"
+ATTR_DEVICE_ID: Final = "device_id"
+ATTR_TOOL: Final = "tool"
+ATTR_ARGUMENTS: Final = "arguments"
+ATTR_TIMEOUT: Final = "timeout"
+ATTR_RETURN_ERRORS: Final = "return_errors"
+
+DEFAULT_CALL_TIMEOUT: Final = 10.0
+DISCOVERY_TIMEOUT: Final = 10.0
+"""Seconds for each ``initialize`` / ``tools/list`` request while a device connects."""
+
+MAX_CONNECTION_MESSAGE: Final = 2 * 1024 * 1024
+"""A WebSocket message larger than this is not from a device: the connection is closed.
+Smaller oversized frames are dropped and logged by the protocol layer."""
+
+PING_INTERVAL: Final = timedelta(seconds=30)
+"""How often every connection is pinged (the firmware answers pings but never sends any)."""
+MISSED_PINGS: Final = 2
+"""Sweeps without any frame from a device before its connection counts as dead (no TCP close)."""
+
+MANUFACTURER: Final = "Xiaozhi"

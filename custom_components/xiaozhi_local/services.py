@@ -1,0 +1,97 @@
+"""The ``xiaozhi_local.call_tool`` action."""
+
+from typing import Any
+
+import voluptuous as vol
+
+from homeassistant.core import HomeAssistant, ServiceCall, ServiceResponse, SupportsResponse, callback
+from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
+from homeassistant.helpers import config_validation as cv
+
+from .const import (
+    ATTR_ARGUMENTS,
+    ATTR_DEVICE_ID,
+    ATTR_RETURN_ERRORS,
+    ATTR_TIMEOUT,
+    ATTR_TOOL,
+    DEFAULT_CALL_TIMEOUT,
+    DOMAIN,
+    SERVICE_CALL_TOOL,
+)
+from .device import DeviceOfflineError, XiaozhiDevice
+from .hub import async_get_hub
+from .protocol.mcp import McpBusyError, McpConnectionError, McpRemoteError, McpTimeoutError, ToolResult
+from .protocol.schema import validate
+
+CALL_TOOL_SCHEMA = vol.Schema(
+    {
+        vol.Required(ATTR_DEVICE_ID): cv.string,
+        vol.Required(ATTR_TOOL): cv.string,
+        vol.Optional(ATTR_ARGUMENTS, default=dict): vol.Schema(dict),
+        vol.Optional(ATTR_TIMEOUT, default=DEFAULT_CALL_TIMEOUT): vol.All(
+            vol.Coerce(float), vol.Range(min=0.1, max=300)
+        ),
+        vol.Optional(ATTR_RETURN_ERRORS, default=False): cv.boolean,
+    }
+)
+
+
+def _response(result: ToolResult, *, is_error: bool = False) -> dict[str, Any]:
+    return {"content": result.content, "text": result.text, "data": result.json, "is_error": is_error}
+
+
+def _error(key: str, **placeholders: str) -> HomeAssistantError:
+    return HomeAssistantError(translation_domain=DOMAIN, translation_key=key, translation_placeholders=placeholders)
+
+
+def _resolve_device(hass: HomeAssistant, device_id: str) -> XiaozhiDevice:
+    hub = async_get_hub(hass)
+    device = hub.async_get_device(device_id) if hub is not None else None
+    if device is None:
+        raise ServiceValidationError(
+            translation_domain=DOMAIN, translation_key="unknown_device", translation_placeholders={"device_id": device_id}
+        )
+    return device
+
+
+async def _async_call_tool(call: ServiceCall) -> ServiceResponse:
+    device = _resolve_device(call.hass, call.data[ATTR_DEVICE_ID])
+    name: str = call.data[ATTR_TOOL]
+    arguments: dict[str, Any] = call.data[ATTR_ARGUMENTS]
+    timeout: float = call.data[ATTR_TIMEOUT]
+    placeholders = {"device": device.name, "tool": name}
+    try:
+        await device.async_wait_ready(timeout)
+    except DeviceOfflineError:
+        raise _error("device_offline", device=device.name) from None
+    except McpTimeoutError:
+        raise _error("timeout", **placeholders) from None
+    if (tool := device.tools.get(name)) is None:
+        raise ServiceValidationError(translation_domain=DOMAIN, translation_key="unknown_tool", translation_placeholders=placeholders)
+    if problems := validate(tool.input_schema, arguments):
+        raise ServiceValidationError(
+            translation_domain=DOMAIN,
+            translation_key="invalid_arguments",
+            translation_placeholders={**placeholders, "errors": "; ".join(problems)},
+        )
+    try:
+        result = await device.async_call_tool(name, arguments, timeout)
+    except McpRemoteError as err:
+        if call.data[ATTR_RETURN_ERRORS]:
+            return _response(err.result or ToolResult([{"type": "text", "text": err.message}]), is_error=True)
+        raise _error("device_error", **placeholders, message=err.message) from None
+    except McpTimeoutError:
+        raise _error("timeout", **placeholders) from None
+    except McpBusyError:
+        raise _error("busy", device=device.name) from None
+    except McpConnectionError:  # includes DeviceOfflineError: it went away just now
+        raise _error("connection_lost", **placeholders) from None
+    return _response(result)
+
+
+@callback
+def async_setup_services(hass: HomeAssistant) -> None:
+    """Register the actions (once, in ``async_setup``)."""
+    hass.services.async_register(
+        DOMAIN, SERVICE_CALL_TOOL, _async_call_tool, schema=CALL_TOOL_SCHEMA, supports_response=SupportsResponse.OPTIONAL
+    )

@@ -1,0 +1,110 @@
+"""Fixtures: a real test HA with the integration, and simulated devices over real WebSockets."""
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+# Imported first, so HA mounts this repository's custom_components (see home-assistant.md §6).
+import custom_components.xiaozhi_local  # noqa: F401
+from custom_components.xiaozhi_local.device import XiaozhiDevice
+from custom_components.xiaozhi_local.const import CONF_MAC, CONF_TOKEN, DOMAIN, SUBENTRY_DEVICE, WS_PATH
+from homeassistant.config_entries import ConfigSubentryData
+from homeassistant.core import HomeAssistant
+from xiaozhi_sim import SimulatedDevice, SimulatorOptions
+
+MAC = "cc:ba:97:04:92:94"
+TOKEN = "device-token-" + "a" * 40
+MAC2 = "cc:ba:97:04:92:95"
+TOKEN2 = "device-token-" + "b" * 40
+
+
+@pytest.fixture(autouse=True)
+def auto_enable_custom_integrations(enable_custom_integrations: None) -> None:
+    """Load custom integrations in every test."""
+
+
+def device_subentry(mac: str, token: str, title: str | None = None) -> ConfigSubentryData:
+    """Subentry data of a paired device."""
+    return ConfigSubentryData(
+        data={CONF_MAC: mac, CONF_TOKEN: token},
+        subentry_type=SUBENTRY_DEVICE,
+        title=title or f"Xiaozhi {mac}",
+        unique_id=mac,
+    )
+
+
+@pytest.fixture
+def config_entry() -> MockConfigEntry:
+    """The hub with two paired devices."""
+    return MockConfigEntry(
+        domain=DOMAIN,
+        title="Xiaozhi Local",
+        data={},
+        subentries_data=[device_subentry(MAC, TOKEN, "Kitchen"), device_subentry(MAC2, TOKEN2, "Desk")],
+    )
+
+
+@pytest.fixture
+async def setup_integration(hass: HomeAssistant, config_entry: MockConfigEntry) -> MockConfigEntry:
+    """The integration, loaded."""
+    config_entry.add_to_hass(hass)
+    assert await hass.config_entries.async_setup(config_entry.entry_id)
+    await hass.async_block_till_done()
+    return config_entry
+
+
+type ClientFactory = Callable[[], Awaitable[TestClient[Any, Any]]]
+type DeviceFactory = Callable[..., Awaitable[SimulatedDevice]]
+
+
+@pytest.fixture
+async def client(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, hass_client_no_auth: ClientFactory
+) -> AsyncIterator[TestClient[Any, Any]]:
+    """An HTTP client of the test HA's server (loopback); at the end, every connection is over."""
+    hub = setup_integration.runtime_data
+    yield await hass_client_no_auth()
+    async with asyncio.timeout(5):
+        await hub.async_wait_no_connections()
+
+
+def ws_url(client: TestClient[Any, Any]) -> str:
+    """The device endpoint on the test server."""
+    return str(client.make_url(WS_PATH)).replace("http://", "ws://", 1)
+
+
+@pytest.fixture
+async def make_device(client: TestClient[Any, Any]) -> AsyncIterator[DeviceFactory]:
+    """Build simulated devices; ``connect=False`` leaves the socket unopened."""
+    devices: list[SimulatedDevice] = []
+
+    async def factory(*, connect: bool = True, **kwargs: Any) -> SimulatedDevice:
+        options: dict[str, Any] = {"url": ws_url(client), "token": TOKEN, "mac": MAC, "hello_timeout": 5}
+        options.update(kwargs)
+        device = SimulatedDevice(SimulatorOptions(**options))
+        devices.append(device)
+        if connect:
+            await device.connect()
+        return device
+
+    yield factory
+    for device in devices:
+        await device.drop()
+    # The client fixture's teardown then waits until the server side has ended every connection.
+
+
+async def wait_for(device: XiaozhiDevice, predicate: Callable[[XiaozhiDevice], bool], timeout: float = 5) -> None:
+    """Wait until ``predicate(device)`` holds, woken by the device's own change notifications."""
+    changed = asyncio.Event()
+    unsub = device.async_add_listener(changed.set)
+    try:
+        async with asyncio.timeout(timeout):
+            while not predicate(device):
+                changed.clear()
+                await changed.wait()
+    finally:
+        unsub()

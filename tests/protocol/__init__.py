@@ -1,0 +1,1 @@
+"""Unit tests of the pure protocol package (no Home Assistant)."""

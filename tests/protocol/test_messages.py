@@ -1,0 +1,103 @@
+import json
+
+import pytest
+
+from custom_components.xiaozhi_local.protocol.messages import (
+    AudioParams,
+    ClientHello,
+    ControlMessage,
+    FrameError,
+    McpEnvelope,
+    normalize_mac,
+    parse_client_frame,
+    server_hello,
+)
+
+FIRMWARE_HELLO = (
+    '{"type":"hello","version":1,"features":{"mcp":true,"glyph_push":true},'
+    '"text_font":{"bundle":"noto-v1","charset":"common","size":20,"bpp":4},"transport":"websocket",'
+    '"audio_params":{"format":"opus","sample_rate":16000,"channels":1,"frame_duration":60}}'
+)
+
+
+def test_firmware_hello() -> None:
+    hello = parse_client_frame(FIRMWARE_HELLO)
+    assert isinstance(hello, ClientHello)
+    assert hello.version == 1
+    assert hello.supports_mcp
+    assert hello.transport == "websocket"
+    assert hello.audio_params == AudioParams("opus", 16000, 1, 60)
+
+
+def test_minimal_hello() -> None:
+    hello = parse_client_frame('{"type":"hello","features":{"mcp":true}}')
+    assert isinstance(hello, ClientHello)
+    assert hello.version is None
+    assert hello.supports_mcp
+    assert hello.audio_params == AudioParams()
+    bare = parse_client_frame('{"type":"hello"}')
+    assert isinstance(bare, ClientHello)
+    assert not bare.supports_mcp
+
+
+@pytest.mark.parametrize(
+    ("frame", "kind"),
+    [
+        ("not json", "not_json"),
+        ('{"type": "hello"', "not_json"),
+        ("[1, 2, 3]", "not_object"),
+        ('"hello"', "not_object"),
+        ("{}", "no_type"),
+        ('{"type": 5}', "bad_field"),
+        ('{"type": "hello", "version": "1"}', "bad_field"),
+        ('{"type": "hello", "version": 7}', "bad_field"),
+        ('{"type": "hello", "version": true}', "bad_field"),
+        ('{"type": "hello", "features": []}', "bad_field"),
+        ('{"type": "hello", "transport": 1}', "bad_field"),
+        ('{"type": "hello", "audio_params": "opus"}', "bad_field"),
+        ('{"type": "hello", "audio_params": {"format": "pcm"}}', "bad_field"),
+        ('{"type": "hello", "audio_params": {"format": 1}}', "bad_field"),
+        ('{"type": "hello", "audio_params": {"sample_rate": 1}}', "bad_field"),
+        ('{"type": "hello", "audio_params": {"frame_duration": 30}}', "bad_field"),
+        ('{"type": "mcp", "payload": [1]}', "bad_field"),
+        ('{"type": "mcp"}', "bad_field"),
+        ("[" * 100000, "not_json"),
+    ],
+)
+def test_bad_frames(frame: str, kind: str) -> None:
+    with pytest.raises(FrameError) as err:
+        parse_client_frame(frame)
+    assert err.value.kind == kind
+
+
+def test_mcp_and_control() -> None:
+    msg = parse_client_frame('{"session_id":"S","type":"mcp","payload":{"jsonrpc":"2.0","id":1,"result":{}}}')
+    assert msg == McpEnvelope({"jsonrpc": "2.0", "id": 1, "result": {}})
+    listen = parse_client_frame('{"session_id":"S","type":"listen","state":"start","mode":"auto"}')
+    assert isinstance(listen, ControlMessage)
+    assert listen.type == "listen"
+    assert listen.data["mode"] == "auto"
+
+
+def test_server_hello_always_has_transport() -> None:
+    hello = server_hello("abc", 16000)
+    assert hello["transport"] == "websocket"
+    assert hello["session_id"] == "abc"
+    assert hello["audio_params"] == {"format": "opus", "sample_rate": 16000, "channels": 1, "frame_duration": 60}
+    json.dumps(hello)
+
+
+@pytest.mark.parametrize(
+    ("raw", "mac"),
+    [
+        ("cc:ba:97:04:92:94", "cc:ba:97:04:92:94"),
+        ("CC-BA-97-04-92-94", "cc:ba:97:04:92:94"),
+        (" ccba97049294 ", "cc:ba:97:04:92:94"),
+        ("ccba.9704.9294", "cc:ba:97:04:92:94"),
+        ("cc:ba:97:04:92", None),
+        ("zz:ba:97:04:92:94", None),
+        ("", None),
+    ],
+)
+def test_normalize_mac(raw: str, mac: str | None) -> None:
+    assert normalize_mac(raw) == mac

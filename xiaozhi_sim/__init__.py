@@ -1,0 +1,19 @@
+"""A simulated xiaozhi device that behaves like stock firmware 2.4.2 on the wire.
+
+Used by the tests, ``script/develop`` and the benchmarks; point it at any server with
+``python -m xiaozhi_sim --url … --token … --mac …``.
+"""
+
+from .device import DeviceCrashed, HelloTimeout, SimulatedDevice, SimulatorOptions
+from .mcp_server import McpServer, Property, Tool, ToolError
+
+__all__ = [
+    "DeviceCrashed",
+    "HelloTimeout",
+    "McpServer",
+    "Property",
+    "SimulatedDevice",
+    "SimulatorOptions",
+    "Tool",
+    "ToolError",
+]

@@ -1,0 +1,71 @@
+"""``python -m xiaozhi_sim --url ws://… --token … --mac …``: a simulated device for any server."""
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from .device import DeviceCrashed, HelloTimeout, SimulatedDevice, SimulatorOptions
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(prog="python -m xiaozhi_sim", description=__doc__)
+    parser.add_argument("--url", required=True, help="WebSocket URL, e.g. ws://127.0.0.1:8123/api/xiaozhi_local/v1/")
+    parser.add_argument("--token", default="", help="the device token (empty: no Authorization header)")
+    parser.add_argument("--mac", default="cc:ba:97:04:92:94", help="Device-Id (lower-case MAC)")
+    parser.add_argument("--board", default="bread-compact-wifi", help="board name (serverInfo.name)")
+    parser.add_argument("--firmware", default="2.4.2", help="firmware version (serverInfo.version)")
+    parser.add_argument("--protocol-version", type=int, choices=(1, 2, 3), default=1)
+    parser.add_argument("--camera", action="store_true", help="a camera board (self.camera.take_photo)")
+    parser.add_argument("--ir", action="store_true", help="the py-xiaozhi IR tools (self.ir.*)")
+    parser.add_argument("--lamp", action="store_true", help="the lamp tools (self.lamp.*)")
+    parser.add_argument("--extra-tools", type=int, default=0, metavar="N", help="N more board tools")
+    parser.add_argument("--reconnect", action="store_true", help="reconnect when the server closes (dev servers)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser.parse_args(argv)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Connect and stay until the server closes (or forever with --reconnect)."""
+    options = SimulatorOptions(
+        url=args.url, token=args.token, mac=args.mac.lower(), board=args.board,
+        firmware_version=args.firmware, protocol_version=args.protocol_version,
+        camera=args.camera, ir=args.ir, lamp=args.lamp, extra_tools=args.extra_tools,
+    )
+    delay = 1.0
+    while True:
+        device = SimulatedDevice(options)
+        try:
+            await device.connect()
+        except DeviceCrashed as err:
+            print(f"device crashed: {err}", file=sys.stderr)
+            return 2
+        except (HelloTimeout, OSError, Exception) as err:  # noqa: BLE001 - report and maybe retry
+            print(f"connection failed: {type(err).__name__}: {err}", file=sys.stderr)
+            if not args.reconnect:
+                return 1
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+            continue
+        delay = 1.0
+        print(f"connected as {options.mac}, session {device.session_id}", flush=True)
+        await device.wait_closed()
+        print("disconnected", flush=True)
+        if not args.reconnect:
+            return 0
+        await asyncio.sleep(delay)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO)
+    try:
+        return asyncio.run(run(args))
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

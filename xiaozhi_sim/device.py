@@ -1,0 +1,238 @@
+"""The simulated device: a ``websockets`` client that talks like stock firmware 2.4.2."""
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+import json
+import logging
+from typing import Any
+import uuid
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from .mcp_server import McpServer
+from .tools import (
+    DeviceState,
+    add_common_tools,
+    add_extra_tools,
+    add_ir_tools,
+    add_lamp_tools,
+    add_user_only_tools,
+    dumps,
+    system_info,
+)
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class DeviceCrashed(Exception):
+    """The server hello would have crashed real firmware (no ``transport``, or not a string)."""
+
+
+class HelloTimeout(Exception):
+    """No valid server hello within the firmware's 10 s."""
+
+
+@dataclass
+class SimulatorOptions:
+    """How the simulated device is built."""
+
+    url: str
+    token: str = ""
+    mac: str = "cc:ba:97:04:92:94"
+    client_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    protocol_version: int = 1
+    board: str = "bread-compact-wifi"
+    firmware_version: str = "2.4.2"
+    camera: bool = False
+    ir: bool = False
+    lamp: bool = False
+    extra_tools: int = 0
+    hello_timeout: float = 10.0
+    handshake_timeout: float = 10.0
+
+
+class SimulatedDevice:
+    """One device. ``await device.connect()`` opens a conversation channel as the firmware does."""
+
+    def __init__(self, options: SimulatorOptions) -> None:
+        self.options = options
+        self.state = DeviceState()
+        self.system_info = system_info(options.mac, options.client_id, options.board, options.firmware_version)
+        self.mcp = McpServer(options.board, options.firmware_version)
+        add_common_tools(self.mcp, self.state, self.system_info, camera=options.camera)
+        if options.lamp:
+            add_lamp_tools(self.mcp, self.state)
+        if options.ir:
+            add_ir_tools(self.mcp, self.state)
+        add_extra_tools(self.mcp, options.extra_tools)
+        add_user_only_tools(self.mcp, self.system_info, self._schedule_reboot)
+        self.session_id = ""
+        self.server_hello: dict[str, Any] | None = None
+        self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()  # server JSON other than mcp/hello
+        self.audio: list[bytes] = []
+        self.mcp_requests: list[Any] = []  # every MCP payload received, for tests
+        self.closed = asyncio.Event()
+        self.rebooted = False
+        self._ws: ClientConnection | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self.on_mcp_request: Callable[[Any], None] | None = None
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def headers(self) -> dict[str, str]:
+        """The application headers of the firmware's WebSocket request."""
+        headers: dict[str, str] = {}
+        token = self.options.token
+        if token:
+            headers["Authorization"] = token if " " in token else f"Bearer {token}"
+        headers["Protocol-Version"] = str(self.options.protocol_version)
+        headers["Device-Id"] = self.options.mac
+        headers["Client-Id"] = self.options.client_id
+        return headers
+
+    def hello(self) -> dict[str, Any]:
+        """The firmware's hello (key order as it builds the string)."""
+        return {
+            "type": "hello",
+            "version": self.options.protocol_version,
+            "features": {"mcp": True, "glyph_push": True},
+            "text_font": {"bundle": "noto-v1", "charset": "common", "size": 20, "bpp": 4},
+            "transport": "websocket",
+            "audio_params": {"format": "opus", "sample_rate": 16000, "channels": 1, "frame_duration": 60},
+        }
+
+    async def open(self) -> None:
+        """Open the socket without saying hello (tests of what happens before a hello)."""
+        self.closed.clear()
+        self._ws = await connect(
+            self.options.url,
+            additional_headers=self.headers(),
+            compression=None,
+            ping_interval=None,  # the firmware never pings; it answers the server's pings
+            max_size=2**20,
+            open_timeout=self.options.handshake_timeout,
+            close_timeout=1,
+        )
+
+    async def connect(self) -> None:
+        """Connect, send the hello and wait for a valid server hello, as the firmware does."""
+        await self.open()
+        assert self._ws is not None
+        await self._ws.send(dumps(self.hello()))
+        try:
+            async with asyncio.timeout(self.options.hello_timeout):
+                while self.server_hello is None:
+                    self._handle_hello_candidate(await self._ws.recv())
+        except TimeoutError:
+            await self.drop()
+            raise HelloTimeout("no valid server hello") from None
+        except DeviceCrashed:
+            await self.drop()
+            raise
+        self._reader = asyncio.create_task(self._read_loop(), name=f"xiaozhi_sim {self.options.mac}")
+
+    def _handle_hello_candidate(self, frame: str | bytes) -> None:
+        if isinstance(frame, bytes):
+            return
+        try:
+            msg = json.loads(frame)
+        except ValueError:
+            return
+        if not isinstance(msg, dict) or msg.get("type") != "hello":
+            return
+        if "transport" not in msg or not isinstance(msg["transport"], str):
+            # ParseServerHello logs transport->valuestring on a null pointer.
+            raise DeviceCrashed(f"server hello without a string transport: {frame!r}")
+        if msg["transport"] != "websocket":
+            _LOGGER.warning("Unsupported transport: %s", msg["transport"])
+            return
+        if isinstance(msg.get("session_id"), str):
+            self.session_id = msg["session_id"]
+        self.server_hello = msg
+
+    async def _read_loop(self) -> None:
+        assert self._ws is not None
+        try:
+            async for frame in self._ws:
+                if isinstance(frame, bytes):
+                    self.audio.append(frame)
+                    continue
+                try:
+                    msg = json.loads(frame)
+                except ValueError:
+                    continue
+                if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+                    continue  # "Missing message type"
+                if msg["type"] == "mcp":
+                    if isinstance(msg.get("payload"), dict):
+                        self.mcp_requests.append(msg["payload"])
+                        if self.on_mcp_request:
+                            self.on_mcp_request(msg["payload"])
+                        # The firmware runs tool calls on its main task, one after another.
+                        reply = await self.mcp.handle(msg["payload"])
+                        if reply is not None:
+                            await self.send_json({"session_id": self.session_id, "type": "mcp", "payload": reply})
+                elif msg["type"] == "hello":
+                    self._handle_hello_candidate(frame)
+                else:
+                    if msg["type"] == "system" and msg.get("command") == "reboot":
+                        self._schedule_reboot()
+                    self.messages.put_nowait(msg)
+        except ConnectionClosed:
+            pass
+        finally:
+            self.closed.set()
+
+    # -- sending ------------------------------------------------------------------------------
+
+    @property
+    def connection(self) -> ClientConnection:
+        """The open socket."""
+        if self._ws is None:
+            raise RuntimeError("not connected")
+        return self._ws
+
+    async def send_json(self, msg: dict[str, Any]) -> None:
+        """Send one JSON text frame."""
+        await self.connection.send(dumps(msg))
+
+    async def send_raw(self, frame: str | bytes) -> None:
+        """Send any frame (tests of hostile input)."""
+        await self.connection.send(frame)
+
+    async def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None:
+        """An MCP notification (stock firmware sends none; newer builds and other clients do)."""
+        payload: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            payload["params"] = params
+        await self.send_json({"session_id": self.session_id, "type": "mcp", "payload": payload})
+
+    # -- ending -------------------------------------------------------------------------------
+
+    async def drop(self) -> None:
+        """End the session the firmware's way: close TCP, no Close frame."""
+        if self._ws is not None:
+            self._ws.transport.abort()
+        if self._reader is not None:
+            self._reader.cancel()  # it may be inside a tool that never returns
+            await asyncio.gather(self._reader, return_exceptions=True)
+            self._reader = None
+        self.closed.set()
+
+    async def wait_closed(self) -> None:
+        """Until the server (or the network) ends the session."""
+        await self.closed.wait()
+
+    def _schedule_reboot(self) -> None:
+        self.rebooted = True
+        if self._ws is not None:
+            asyncio.get_running_loop().call_later(0.1, self._ws.transport.abort)
+
+    async def __aenter__(self) -> "SimulatedDevice":
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.drop()
