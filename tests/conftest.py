@@ -5,15 +5,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp.test_utils import TestClient
+from homeassistant.config_entries import ConfigSubentryData
+from homeassistant.core import HomeAssistant
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 # Imported first, so HA mounts this repository's custom_components (see home-assistant.md §6).
 import custom_components.xiaozhi_local  # noqa: F401
-from custom_components.xiaozhi_local.device import XiaozhiDevice
 from custom_components.xiaozhi_local.const import CONF_MAC, CONF_TOKEN, DOMAIN, SUBENTRY_DEVICE, WS_PATH
-from homeassistant.config_entries import ConfigSubentryData
-from homeassistant.core import HomeAssistant
+from custom_components.xiaozhi_local.device import XiaozhiDevice
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 MAC = "cc:ba:97:04:92:94"

@@ -1,22 +1,22 @@
 """The device endpoint over real WebSockets into the test HA."""
 
 import asyncio
+from types import MappingProxyType
 import json
 import logging
 from typing import Any
 
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient
-import pytest
-from pytest_homeassistant_custom_component.common import MockConfigEntry
-
-from custom_components.xiaozhi_local.const import DOMAIN, EVENT_NOTIFICATION, PING_INTERVAL, WS_PATH
-from custom_components.xiaozhi_local.protocol import session as proto_session
 from homeassistant.config_entries import ConfigEntryState, ConfigSubentry
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import device_registry as dr
 from homeassistant.util import dt as dt_util
-from pytest_homeassistant_custom_component.common import async_fire_time_changed
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
+
+from custom_components.xiaozhi_local.const import DOMAIN, EVENT_NOTIFICATION, PING_INTERVAL, WS_PATH
+from custom_components.xiaozhi_local.protocol import session as proto_session
 from xiaozhi_sim import DeviceCrashed, HelloTimeout, SimulatedDevice, SimulatorOptions
 
 from .conftest import MAC, MAC2, TOKEN, TOKEN2, DeviceFactory, device_subentry, wait_for, ws_url
@@ -50,7 +50,7 @@ async def test_firmware_hello_and_discovery(hass: HomeAssistant, make_device: De
     assert xdev.tools["self.upgrade_firmware"].user_only
     assert not xdev.tools["self.get_device_status"].user_only
     entry = dr.async_get(hass).async_get(xdev.device_id)
-    assert entry is not None
+    assert isinstance(entry, dr.DeviceEntry)
     assert (entry.model, entry.sw_version, entry.manufacturer) == ("bread-compact-wifi", "2.4.2", "Xiaozhi")
     assert entry.name == "Kitchen"
     assert (dr.CONNECTION_NETWORK_MAC, MAC) in entry.connections
@@ -103,8 +103,16 @@ async def test_browser_client_query_parameters(hass: HomeAssistant, client: Test
 async def test_auth_refused(
     hass: HomeAssistant, client: TestClient[Any, Any], hdrs: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    resp = await client.get(WS_PATH, headers={**hdrs, "Upgrade": "websocket", "Connection": "Upgrade",
-                                              "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    resp = await client.get(
+        WS_PATH,
+        headers={
+            **hdrs,
+            "Upgrade": "websocket",
+            "Connection": "Upgrade",
+            "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        },
+    )
     assert resp.status == 401
     assert "Refused a device connection" in caplog.text
     assert hub_device(hass).connection is None
@@ -156,9 +164,7 @@ async def test_simulator_dies_on_hello_without_transport(
     device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, hello_timeout=5))
     with pytest.raises(DeviceCrashed):
         await device.connect()
-    monkeypatch.setattr(
-        proto_session, "server_hello", lambda s, r=24000: {**real(s, r), "transport": "udp"}
-    )
+    monkeypatch.setattr(proto_session, "server_hello", lambda s, r=24000: {**real(s, r), "transport": "udp"})
     device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, hello_timeout=0.2))
     with pytest.raises(HelloTimeout):
         await device.connect()
@@ -216,9 +222,12 @@ async def test_garbage_frames_survive(
     reply = next(p for p in device.mcp_requests if p.get("id") == 7)
     assert reply["error"]["code"] == -32601
     # Still connected and working.
-    result = await hass.services.async_call(
-        DOMAIN, "call_tool", {"device_id": xdev.device_id, "tool": "self.get_device_status"},
-        blocking=True, return_response=True,
+    result: Any = await hass.services.async_call(
+        DOMAIN,
+        "call_tool",
+        {"device_id": xdev.device_id, "tool": "self.get_device_status"},
+        blocking=True,
+        return_response=True,
     )
     assert result["data"]["audio_speaker"]["volume"] == 70
     assert xdev.connection is not None
@@ -299,7 +308,15 @@ async def test_subentries_added_changed_removed_at_runtime(
     desk = await make_device(mac=MAC2, token=TOKEN2)
     new_mac = "cc:ba:97:04:92:99"
     data = device_subentry(new_mac, "new-token")
-    hass.config_entries.async_add_subentry(setup_integration, ConfigSubentry(**data))
+    hass.config_entries.async_add_subentry(
+        setup_integration,
+        ConfigSubentry(
+            data=MappingProxyType(dict(data["data"])),
+            subentry_type=data["subentry_type"],
+            title=data["title"],
+            unique_id=data["unique_id"],
+        ),
+    )
     await hass.async_block_till_done()
     assert new_mac in hub.devices
     await make_device(mac=new_mac, token="new-token")

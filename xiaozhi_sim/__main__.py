@@ -20,6 +20,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--camera", action="store_true", help="a camera board (self.camera.take_photo)")
     parser.add_argument("--ir", action="store_true", help="the py-xiaozhi IR tools (self.ir.*)")
     parser.add_argument("--lamp", action="store_true", help="the lamp tools (self.lamp.*)")
+    parser.add_argument("--press-to-talk", action="store_true", help="the self.set_press_to_talk tool")
     parser.add_argument("--extra-tools", type=int, default=0, metavar="N", help="N more board tools")
     parser.add_argument("--reconnect", action="store_true", help="reconnect when the server closes (dev servers)")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -29,9 +30,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def run(args: argparse.Namespace) -> int:
     """Connect and stay until the server closes (or forever with --reconnect)."""
     options = SimulatorOptions(
-        url=args.url, token=args.token, mac=args.mac.lower(), board=args.board,
-        firmware_version=args.firmware, protocol_version=args.protocol_version,
-        camera=args.camera, ir=args.ir, lamp=args.lamp, extra_tools=args.extra_tools,
+        url=args.url,
+        token=args.token,
+        mac=args.mac.lower(),
+        board=args.board,
+        firmware_version=args.firmware,
+        protocol_version=args.protocol_version,
+        camera=args.camera,
+        ir=args.ir,
+        lamp=args.lamp,
+        press_to_talk=args.press_to_talk,
+        extra_tools=args.extra_tools,
     )
     delay = 1.0
     while True:

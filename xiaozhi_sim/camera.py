@@ -1,6 +1,5 @@
 """``self.camera.take_photo``'s upload (§11): chunked multipart, question then file."""
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,9 +21,9 @@ TINY_JPEG = bytes.fromhex(
 
 
 async def _body(question: str) -> AsyncIterator[bytes]:
-    yield (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"question\"\r\n\r\n{question}\r\n").encode()
+    yield (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="question"\r\n\r\n{question}\r\n').encode()
     yield (
-        f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"camera.jpg\"\r\n"
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="camera.jpg"\r\n'
         "Content-Type: image/jpeg\r\n\r\n"
     ).encode()
     yield TINY_JPEG
@@ -43,10 +42,12 @@ async def upload_photo(server: McpServer, system_info: dict[str, Any], question:
     if server.vision_token:
         headers["Authorization"] = f"Bearer {server.vision_token}"
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-            async with session.post(server.vision_url, data=_body(question), headers=headers) as resp:
-                if resp.status != 200:
-                    raise ToolError("Failed to upload photo")
-                return await resp.text()
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
+            session.post(server.vision_url, data=_body(question), headers=headers) as resp,
+        ):
+            if resp.status != 200:
+                raise ToolError("Failed to upload photo")
+            return await resp.text()
+    except TimeoutError, aiohttp.ClientError:
         raise ToolError("Failed to connect to explain URL") from None

@@ -18,6 +18,7 @@ from .tools import (
     add_extra_tools,
     add_ir_tools,
     add_lamp_tools,
+    add_press_to_talk_tool,
     add_user_only_tools,
     dumps,
     system_info,
@@ -48,6 +49,7 @@ class SimulatorOptions:
     camera: bool = False
     ir: bool = False
     lamp: bool = False
+    press_to_talk: bool = False
     extra_tools: int = 0
     hello_timeout: float = 10.0
     handshake_timeout: float = 10.0
@@ -64,6 +66,8 @@ class SimulatedDevice:
         add_common_tools(self.mcp, self.state, self.system_info, camera=options.camera)
         if options.lamp:
             add_lamp_tools(self.mcp, self.state)
+        if options.press_to_talk:
+            add_press_to_talk_tool(self.mcp)
         if options.ir:
             add_ir_tools(self.mcp, self.state)
         add_extra_tools(self.mcp, options.extra_tools)
@@ -230,7 +234,7 @@ class SimulatedDevice:
         if self._ws is not None:
             asyncio.get_running_loop().call_later(0.1, self._ws.transport.abort)
 
-    async def __aenter__(self) -> "SimulatedDevice":
+    async def __aenter__(self) -> SimulatedDevice:
         await self.connect()
         return self
 

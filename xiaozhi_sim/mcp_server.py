@@ -93,6 +93,7 @@ class McpServer:
         self.vision_url: str | None = None
         self.vision_token: str | None = None
         self.calls: list[tuple[str, dict[str, Any]]] = []  # what tools/call ran, for tests
+        self.replies: list[dict[str, Any]] = []  # every reply sent, for tests
 
     def add_tool(self, tool: Tool) -> None:
         """Register a tool (registration order is the listing order)."""
@@ -115,16 +116,21 @@ class McpServer:
         request_id = payload.get("id")
         if isinstance(request_id, bool) or not isinstance(request_id, (int, float)):
             return None  # the firmware logs "Invalid id" and sends nothing
-        rid = int(request_id)
+        rid = int(request_id)  # echoed through cJSON's valueint
         try:
-            result = await self._dispatch(method, params or {})
+            reply = {"jsonrpc": "2.0", "id": rid, "result": await self._dispatch(method, params or {})}
         except ToolError as err:
-            return {"jsonrpc": "2.0", "id": rid, "error": {"message": str(err)}}
-        return {"jsonrpc": "2.0", "id": rid, "result": result}
+            reply = {"jsonrpc": "2.0", "id": rid, "error": {"message": str(err)}}
+        self.replies.append(reply)
+        return reply
 
     async def _dispatch(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if method == "initialize":
-            vision = (params.get("capabilities") or {}).get("vision") if isinstance(params.get("capabilities"), dict) else None
+            vision = (
+                (params.get("capabilities") or {}).get("vision")
+                if isinstance(params.get("capabilities"), dict)
+                else None
+            )
             if isinstance(vision, dict) and isinstance(vision.get("url"), str):
                 self.vision_url = vision["url"]
                 token = vision.get("token")
@@ -184,20 +190,18 @@ class McpServer:
         args: dict[str, Any] = {}
         for prop in tool.properties:
             value = arguments.get(prop.name)
-            ok = {
-                "boolean": isinstance(value, bool),
-                "integer": isinstance(value, (int, float)) and not isinstance(value, bool),
-                "string": isinstance(value, str),
-            }[prop.type]
-            if ok:
-                if prop.type == "integer":
-                    value = int(value)  # cJSON valueint truncates
-                    if prop.minimum is not None and value < prop.minimum:
-                        raise ToolError(f"Value is below minimum allowed: {prop.minimum}")
-                    if prop.maximum is not None and value > prop.maximum:
-                        raise ToolError(f"Value exceeds maximum allowed: {prop.maximum}")
+            if prop.type == "integer" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                number = int(value)  # cJSON valueint truncates
+                if prop.minimum is not None and number < prop.minimum:
+                    raise ToolError(f"Value is below minimum allowed: {prop.minimum}")
+                if prop.maximum is not None and number > prop.maximum:
+                    raise ToolError(f"Value exceeds maximum allowed: {prop.maximum}")
+                args[prop.name] = number
+            elif (prop.type == "boolean" and isinstance(value, bool)) or (
+                prop.type == "string" and isinstance(value, str)
+            ):
                 args[prop.name] = value
-            elif prop.default is not None:
+            elif prop.default is not None:  # a value of the wrong type counts as missing
                 args[prop.name] = prop.default
             else:
                 raise ToolError(f"Missing valid argument: {prop.name}")

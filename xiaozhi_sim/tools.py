@@ -61,29 +61,44 @@ def add_common_tools(server: McpServer, state: DeviceState, system_info: dict[st
         state.theme = args["theme"]
         return True
 
-    server.add_tool(Tool(
-        "self.get_device_status",
-        "Provides the real-time information of the device, including the current status of the audio speaker, "
-        "screen, battery, network, etc.\nUse this tool for: \n1. Answering questions about current condition "
-        "(e.g. what is the current volume of the audio speaker?)\n2. As the first step to control the device "
-        "(e.g. turn up / down the volume of the audio speaker, etc.)",
-        [], get_status,
-    ))
-    server.add_tool(Tool(
-        "self.audio_speaker.set_volume",
-        "Set the volume of the audio speaker. If the current volume is unknown, you must call "
-        "`self.get_device_status` tool first and then call this tool.",
-        [Property("volume", "integer", minimum=0, maximum=100)], set_volume,
-    ))
-    server.add_tool(Tool(
-        "self.screen.set_brightness", "Set the brightness of the screen.",
-        [Property("brightness", "integer", minimum=0, maximum=100)], set_brightness,
-    ))
-    server.add_tool(Tool(
-        "self.screen.set_theme", "Set the theme of the screen. The theme can be `light` or `dark`.",
-        [Property("theme", "string")], set_theme,
-    ))
+    server.add_tool(
+        Tool(
+            "self.get_device_status",
+            "Provides the real-time information of the device, including the current status of the audio speaker, "
+            "screen, battery, network, etc.\nUse this tool for: \n1. Answering questions about current condition "
+            "(e.g. what is the current volume of the audio speaker?)\n2. As the first step to control the device "
+            "(e.g. turn up / down the volume of the audio speaker, etc.)",
+            [],
+            get_status,
+        )
+    )
+    server.add_tool(
+        Tool(
+            "self.audio_speaker.set_volume",
+            "Set the volume of the audio speaker. If the current volume is unknown, you must call "
+            "`self.get_device_status` tool first and then call this tool.",
+            [Property("volume", "integer", minimum=0, maximum=100)],
+            set_volume,
+        )
+    )
+    server.add_tool(
+        Tool(
+            "self.screen.set_brightness",
+            "Set the brightness of the screen.",
+            [Property("brightness", "integer", minimum=0, maximum=100)],
+            set_brightness,
+        )
+    )
+    server.add_tool(
+        Tool(
+            "self.screen.set_theme",
+            "Set the theme of the screen. The theme can be `light` or `dark`.",
+            [Property("theme", "string")],
+            set_theme,
+        )
+    )
     if camera:
+
         async def take_photo(args: dict[str, Any]) -> ToolValue:
             if not server.vision_url or server.vision_token is None:
                 raise ToolError("Image explain URL or token is not set")
@@ -91,13 +106,16 @@ def add_common_tools(server: McpServer, state: DeviceState, system_info: dict[st
 
             return await upload_photo(server, system_info, args["question"])
 
-        server.add_tool(Tool(
-            "self.camera.take_photo",
-            "Take a photo and explain it. Use this tool after the user asks you to see something.\n"
-            "Args:\n  `question`: The question that you want to ask about the photo.\n"
-            "Return:\n  A JSON object that provides the photo information.",
-            [Property("question", "string")], take_photo,
-        ))
+        server.add_tool(
+            Tool(
+                "self.camera.take_photo",
+                "Take a photo and explain it. Use this tool after the user asks you to see something.\n"
+                "Args:\n  `question`: The question that you want to ask about the photo.\n"
+                "Return:\n  A JSON object that provides the photo information.",
+                [Property("question", "string")],
+                take_photo,
+            )
+        )
 
 
 def add_lamp_tools(server: McpServer, state: DeviceState) -> None:
@@ -117,6 +135,25 @@ def add_lamp_tools(server: McpServer, state: DeviceState) -> None:
     server.add_tool(Tool("self.lamp.get_state", "Get the power state of the lamp", [], get_state))
     server.add_tool(Tool("self.lamp.turn_on", "Turn on the lamp", [], turn_on))
     server.add_tool(Tool("self.lamp.turn_off", "Turn off the lamp", [], turn_off))
+
+
+def add_press_to_talk_tool(server: McpServer) -> None:
+    """``press_to_talk_mcp_tool.cc``: an AI-visible tool that refuses modes it does not know."""
+
+    async def set_mode(args: dict[str, Any]) -> ToolValue:
+        if args["mode"] not in ("press_to_talk", "click_to_talk"):
+            raise ToolError(f"Invalid mode: {args['mode']}")
+        return True
+
+    server.add_tool(
+        Tool(
+            "self.set_press_to_talk",
+            "Switch between press to talk mode (长按说话) and click to talk mode (单击说话).\n"
+            "The mode can be `press_to_talk` or `click_to_talk`.",
+            [Property("mode", "string")],
+            set_mode,
+        )
+    )
 
 
 def add_ir_tools(server: McpServer, state: DeviceState) -> None:
@@ -153,13 +190,18 @@ def add_ir_tools(server: McpServer, state: DeviceState) -> None:
 def add_extra_tools(server: McpServer, count: int) -> None:
     """``count`` board-style tools, for large lists and load tests."""
     for index in range(count):
-        server.add_tool(Tool(
-            f"self.extra.tool_{index:03d}",
-            f"Extra tool number {index}. Moves the board's accessory {index} to the given position; "
-            "call self.get_device_status first to learn where it is now.",
-            [Property("position", "integer", default=0, minimum=0, maximum=100), Property("fast", "boolean", default=False)],
-            _const(True),
-        ))
+        server.add_tool(
+            Tool(
+                f"self.extra.tool_{index:03d}",
+                f"Extra tool number {index}. Moves the board's accessory {index} to the given position; "
+                "call self.get_device_status first to learn where it is now.",
+                [
+                    Property("position", "integer", default=0, minimum=0, maximum=100),
+                    Property("fast", "boolean", default=False),
+                ],
+                _const(True),
+            )
+        )
 
 
 def add_user_only_tools(server: McpServer, system_info: dict[str, Any], reboot: Any) -> None:
@@ -175,14 +217,24 @@ def add_user_only_tools(server: McpServer, system_info: dict[str, Any], reboot: 
         Tool("self.reboot", "Reboot the system", [], do_reboot),
         Tool(
             "self.upgrade_firmware",
-            "Upgrade firmware from a specific URL. This will download and install the firmware, then reboot the device.",
+            "Upgrade firmware from a specific URL. "
+            "This will download and install the firmware, then reboot the device.",
             # The firmware bug: the description text is the default, so url is not required.
-            [Property("url", "string", default=url_description)], _const(True),
+            [Property("url", "string", default=url_description)],
+            _const(True),
         ),
-        Tool("self.screen.get_info", "Information about the screen, including width, height, etc.", [],
-             _const({"width": 240, "height": 240, "monochrome": False})),
-        Tool("self.assets.set_download_url", "Set the download url for the assets",
-             [Property("url", "string")], _const(True)),
+        Tool(
+            "self.screen.get_info",
+            "Information about the screen, including width, height, etc.",
+            [],
+            _const({"width": 240, "height": 240, "monochrome": False}),
+        ),
+        Tool(
+            "self.assets.set_download_url",
+            "Set the download url for the assets",
+            [Property("url", "string")],
+            _const(True),
+        ),
     ):
         tool.user_only = True
         server.add_tool(tool)
@@ -191,16 +243,34 @@ def add_user_only_tools(server: McpServer, system_info: dict[str, Any], reboot: 
 def system_info(mac: str, uuid: str, board: str, version: str) -> dict[str, Any]:
     """The OTA body / ``self.get_system_info`` JSON (abridged, real keys)."""
     return {
-        "version": 2, "language": "en-US", "flash_size": 16777216, "minimum_free_heap_size": "8288524",
-        "mac_address": mac, "uuid": uuid, "chip_model_name": "esp32s3",
+        "version": 2,
+        "language": "en-US",
+        "flash_size": 16777216,
+        "minimum_free_heap_size": "8288524",
+        "mac_address": mac,
+        "uuid": uuid,
+        "chip_model_name": "esp32s3",
         "chip_info": {"model": 9, "cores": 2, "revision": 2, "features": 18},
-        "application": {"name": "xiaozhi", "version": version, "compile_time": "Aug 20 2026T10:00:00Z",
-                        "idf_version": "v6.0", "elf_sha256": "0" * 64},
+        "application": {
+            "name": "xiaozhi",
+            "version": version,
+            "compile_time": "Aug 20 2026T10:00:00Z",
+            "idf_version": "v6.0",
+            "elf_sha256": "0" * 64,
+        },
         "partition_table": [{"label": "nvs", "type": 1, "subtype": 2, "address": 36864, "size": 16384}],
         "ota": {"label": "ota_0"},
         "display": {"monochrome": False, "width": 240, "height": 240},
-        "board": {"type": board, "name": board, "manufacturer": "", "ssid": "MyWiFi", "rssi": -55,
-                  "channel": 6, "ip": "192.168.1.50", "mac": mac},
+        "board": {
+            "type": board,
+            "name": board,
+            "manufacturer": "",
+            "ssid": "MyWiFi",
+            "rssi": -55,
+            "channel": 6,
+            "ip": "192.168.1.50",
+            "mac": mac,
+        },
     }
 
 

@@ -3,8 +3,6 @@
 import secrets
 from typing import Any
 
-import voluptuous as vol
-
 from homeassistant.config_entries import (
     ConfigEntry,
     ConfigFlow,
@@ -14,6 +12,7 @@ from homeassistant.config_entries import (
 )
 from homeassistant.core import callback
 from homeassistant.helpers import selector
+import probatio as vol
 
 from .const import CONF_MAC, CONF_TOKEN, DOMAIN, SUBENTRY_DEVICE
 from .http import websocket_url

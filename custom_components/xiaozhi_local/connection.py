@@ -7,7 +7,6 @@ import logging
 from typing import Any
 
 from aiohttp import WSMsgType, web
-
 from homeassistant.core import HomeAssistant, callback
 
 from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION
@@ -33,7 +32,9 @@ class ClientInfo:
 class DeviceConnection:
     """The runtime side of one connection: wires a DeviceSession to aiohttp and to HA."""
 
-    def __init__(self, hass: HomeAssistant, device: XiaozhiDevice, ws: web.WebSocketResponse, client: ClientInfo) -> None:
+    def __init__(
+        self, hass: HomeAssistant, device: XiaozhiDevice, ws: web.WebSocketResponse, client: ClientInfo
+    ) -> None:
         self.hass = hass
         self.device = device
         self.ws = ws
@@ -123,7 +124,10 @@ class DeviceConnection:
     def on_hello(self, hello: ClientHello) -> None:
         """The device is in: attach it and learn its tools."""
         _LOGGER.info(
-            "Device %s connected (protocol %s, client %s)", self.device.mac, self.client.protocol_version, self.client.client_id
+            "Device %s connected (protocol %s, client %s)",
+            self.device.mac,
+            self.client.protocol_version,
+            self.client.client_id,
         )
         self.device.async_attach(self)
         if hello.supports_mcp:
@@ -140,7 +144,7 @@ class DeviceConnection:
             try:
                 info = await mcp.initialize(timeout=DISCOVERY_TIMEOUT)
             except McpRemoteError as err:  # some clients skip initialize; tools/list may still work
-                self.log.warn("initialize_failed", f"initialize failed: {err}")
+                self.log.report("initialize_failed", f"initialize failed: {err}")
                 info = mcp.server_info
             tools = await mcp.list_tools(with_user_tools=True, timeout=DISCOVERY_TIMEOUT)
         except McpConnectionError:

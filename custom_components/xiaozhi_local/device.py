@@ -77,7 +77,7 @@ class XiaozhiDevice:
             listener()
 
     @callback
-    def async_attach(self, connection: "DeviceConnection") -> None:
+    def async_attach(self, connection: DeviceConnection) -> None:
         """A connection finished its hello: it is now the device's one connection."""
         old, self.connection = self.connection, connection
         self.last_seen = dt_util.utcnow()
@@ -87,7 +87,7 @@ class XiaozhiDevice:
         self._async_notify()
 
     @callback
-    def async_detach(self, connection: "DeviceConnection") -> None:
+    def async_detach(self, connection: DeviceConnection) -> None:
         """A connection ended."""
         if self.connection is connection:
             self.connection = None
@@ -105,7 +105,7 @@ class XiaozhiDevice:
             )
         self._async_notify()
 
-    async def async_wait_ready(self, timeout: float) -> "DeviceConnection":
+    async def async_wait_ready(self, timeout: float) -> DeviceConnection:
         """The live connection once its tools are known. Raises DeviceOfflineError/McpTimeoutError."""
         connection = self.connection
         if connection is None:

@@ -4,9 +4,8 @@ import logging
 
 from aiohttp import web
 from aiohttp.web_exceptions import HTTPNotFound, HTTPUnauthorized
-
-from homeassistant.components.http import KEY_HASS, HomeAssistantView
 from homeassistant.core import HomeAssistant
+from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 from homeassistant.helpers.network import NoURLAvailableError, get_url
 
 from .connection import ClientInfo, DeviceConnection

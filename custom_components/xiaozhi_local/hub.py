@@ -9,8 +9,8 @@ from homeassistant.config_entries import ConfigEntry
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.event import async_track_time_interval
 
-from .const import CONF_MAC, DOMAIN, MISSED_PINGS, PING_INTERVAL, SUBENTRY_DEVICE
 from .connection import DeviceConnection
+from .const import CONF_MAC, DOMAIN, MISSED_PINGS, PING_INTERVAL, SUBENTRY_DEVICE
 from .device import XiaozhiDevice
 
 _LOGGER = logging.getLogger(__name__)
@@ -43,8 +43,8 @@ class XiaozhiHub:
             if device.connection is not None:
                 self.hass.async_create_task(device.connection.async_close("device removed"))
         for mac, subentry in wanted.items():
-            if (device := self.devices.get(mac)) is not None:
-                device.async_update_from(subentry)
+            if (existing := self.devices.get(mac)) is not None:
+                existing.async_update_from(subentry)
                 continue
             device = XiaozhiDevice(self.hass, self.entry.entry_id, subentry)
             self.devices[mac] = device

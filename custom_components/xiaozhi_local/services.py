@@ -2,11 +2,10 @@
 
 from typing import Any
 
-import voluptuous as vol
-
 from homeassistant.core import HomeAssistant, ServiceCall, ServiceResponse, SupportsResponse, callback
 from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 from homeassistant.helpers import config_validation as cv
+import probatio as vol
 
 from .const import (
     ATTR_ARGUMENTS,
@@ -49,7 +48,9 @@ def _resolve_device(hass: HomeAssistant, device_id: str) -> XiaozhiDevice:
     device = hub.async_get_device(device_id) if hub is not None else None
     if device is None:
         raise ServiceValidationError(
-            translation_domain=DOMAIN, translation_key="unknown_device", translation_placeholders={"device_id": device_id}
+            translation_domain=DOMAIN,
+            translation_key="unknown_device",
+            translation_placeholders={"device_id": device_id},
         )
     return device
 
@@ -67,7 +68,9 @@ async def _async_call_tool(call: ServiceCall) -> ServiceResponse:
     except McpTimeoutError:
         raise _error("timeout", **placeholders) from None
     if (tool := device.tools.get(name)) is None:
-        raise ServiceValidationError(translation_domain=DOMAIN, translation_key="unknown_tool", translation_placeholders=placeholders)
+        raise ServiceValidationError(
+            translation_domain=DOMAIN, translation_key="unknown_tool", translation_placeholders=placeholders
+        )
     if problems := validate(tool.input_schema, arguments):
         raise ServiceValidationError(
             translation_domain=DOMAIN,
@@ -93,5 +96,9 @@ async def _async_call_tool(call: ServiceCall) -> ServiceResponse:
 def async_setup_services(hass: HomeAssistant) -> None:
     """Register the actions (once, in ``async_setup``)."""
     hass.services.async_register(
-        DOMAIN, SERVICE_CALL_TOOL, _async_call_tool, schema=CALL_TOOL_SCHEMA, supports_response=SupportsResponse.OPTIONAL
+        DOMAIN,
+        SERVICE_CALL_TOOL,
+        _async_call_tool,
+        schema=CALL_TOOL_SCHEMA,
+        supports_response=SupportsResponse.OPTIONAL,
     )

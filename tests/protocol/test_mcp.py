@@ -235,11 +235,18 @@ def test_parse_tool_and_result() -> None:
     assert tool.as_dict()["name"] == "t"
     assert not parse_tool({"name": "t", "annotations": {"audience": ["user", "assistant"]}}).user_only
     assert parse_tool({"name": "t", "inputSchema": None, "annotations": 3}).input_schema == {}
-    for bad in (1, {"name": ""}, {"name": "x" * 200}, {"name": "t", "description": 1}, {"name": "t", "inputSchema": []}):
-        with pytest.raises(ValueError):
+    for bad in (
+        1,
+        {"name": ""},
+        {"name": "x" * 200},
+        {"name": "t", "description": 1},
+        {"name": "t", "inputSchema": []},
+    ):
+        with pytest.raises(ValueError, match="tool"):
             parse_tool(bad)
-    for bad in (1, {"content": {}}, {"content": [1]}, {"isError": "yes"}):
-        with pytest.raises(ValueError):
+    bad_results: tuple[Any, ...] = (1, {"content": {}}, {"content": [1]}, {"isError": "yes"})
+    for bad in bad_results:
+        with pytest.raises(ValueError, match=r"result|content|isError"):
             parse_tool_result(bad)
     result = parse_tool_result({"content": [{"type": "text", "text": "[1, 2]"}, {"type": "image"}]})
     assert result.json == [1, 2]

@@ -1,3 +1,5 @@
+from typing import Any
+
 import pytest
 
 from custom_components.xiaozhi_local.protocol.schema import validate
@@ -23,7 +25,7 @@ VOLUME = {
         ({"volume": 5, "extra": 1}, []),
     ],
 )
-def test_firmware_schema(args: dict, errors: list[str]) -> None:
+def test_firmware_schema(args: dict[str, Any], errors: list[str]) -> None:
     assert validate(VOLUME, args) == errors
 
 
@@ -53,12 +55,12 @@ def test_odd_schemas_are_tolerated() -> None:
     assert validate(None, {"a": 1}) == []
     assert validate({"type": "object", "properties": [1], "required": "x"}, {"a": 1}) == []
     assert validate({"type": "mystery"}, 1) == []
-    deep: dict = {"type": "object"}
+    deep: dict[str, Any] = {"type": "object"}
     node = deep
     for _ in range(50):
         node["properties"] = {"a": {"type": "object"}}
         node = node["properties"]["a"]
-    value: dict = {}
+    value: dict[str, Any] = {}
     cur = value
     for _ in range(50):
         cur["a"] = {}

@@ -31,7 +31,7 @@ class McpError(Exception):
 class McpRemoteError(McpError):
     """The device answered with an error (JSON-RPC ``error``, with or without ``code``, or ``isError``)."""
 
-    def __init__(self, message: str, code: int | None = None, result: "ToolResult | None" = None) -> None:
+    def __init__(self, message: str, code: int | None = None, result: ToolResult | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
@@ -223,7 +223,9 @@ class McpClient:
     def handle_response(self, payload: dict[str, Any]) -> bool:
         """Resolve the request a response answers. False when no request waits for it."""
         request_id = payload.get("id")
-        future = self._pending.get(request_id) if isinstance(request_id, int) and not isinstance(request_id, bool) else None
+        future = (
+            self._pending.get(request_id) if isinstance(request_id, int) and not isinstance(request_id, bool) else None
+        )
         if future is None or future.done():
             return False
         if "error" in payload:
@@ -262,7 +264,12 @@ class McpClient:
         return self.server_info
 
     async def list_tools(
-        self, *, with_user_tools: bool = True, max_pages: int = MAX_PAGES, max_tools: int = MAX_TOOLS, timeout: float | None = None
+        self,
+        *,
+        with_user_tools: bool = True,
+        max_pages: int = MAX_PAGES,
+        max_tools: int = MAX_TOOLS,
+        timeout: float | None = None,
     ) -> list[McpTool]:
         """All tools, following ``nextCursor`` up to ``max_pages`` pages and ``max_tools`` tools."""
         tools: dict[str, McpTool] = {}
@@ -296,7 +303,9 @@ class McpClient:
         self._warn("too_many_pages", f"tools/list stopped after {max_pages} pages")
         return list(tools.values())
 
-    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, timeout: float | None = None) -> ToolResult:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> ToolResult:
         """Call a tool. An ``isError`` result raises McpRemoteError carrying the result."""
         raw = await self.request("tools/call", {"name": name, "arguments": arguments or {}}, timeout)
         try:

@@ -43,7 +43,7 @@ class OnceLogger:
         self.logger = logger
         self.counts: Counter[str] = Counter()
 
-    def warn(self, kind: str, message: str) -> None:
+    def report(self, kind: str, message: str) -> None:
         """Log a problem of ``kind`` for this device."""
         self.counts[kind] += 1
         level = logging.WARNING if self.counts[kind] == 1 else logging.DEBUG
@@ -88,7 +88,7 @@ class DeviceSession:
         self.sample_rate = sample_rate
         self.session_id = new_session_id()
         self.hello: ClientHello | None = None
-        self.mcp = McpClient(self._send_mcp, warn=self.log.warn)
+        self.mcp = McpClient(self._send_mcp, warn=self.log.report)
 
     async def send_json(self, message: dict[str, Any]) -> None:
         """Send one JSON text frame."""
@@ -100,17 +100,17 @@ class DeviceSession:
     async def handle_text(self, text: str) -> None:
         """Handle one received text frame."""
         if len(text) > MAX_TEXT_FRAME:
-            self.log.warn("too_large", f"dropped a text frame of {len(text)} characters")
+            self.log.report("too_large", f"dropped a text frame of {len(text)} characters")
             return
         try:
             message = parse_client_frame(text)
         except FrameError as err:
-            self.log.warn(err.kind, f"dropped a frame: {err.detail}")
+            self.log.report(err.kind, f"dropped a frame: {err.detail}")
             return
         if isinstance(message, ClientHello):
             await self._handle_hello(message)
         elif self.hello is None:
-            self.log.warn("before_hello", "dropped a frame sent before its hello")
+            self.log.report("before_hello", "dropped a frame sent before its hello")
         elif isinstance(message, McpEnvelope):
             await self._handle_mcp(message.payload)
         else:
@@ -119,9 +119,9 @@ class DeviceSession:
     def handle_binary(self, data: bytes) -> None:
         """Handle one received binary frame."""
         if self.hello is None:
-            self.log.warn("binary_before_hello", "dropped a binary frame sent before its hello")
+            self.log.report("binary_before_hello", "dropped a binary frame sent before its hello")
         elif len(data) > MAX_BINARY_FRAME:
-            self.log.warn("too_large", f"dropped a binary frame of {len(data)} bytes")
+            self.log.report("too_large", f"dropped a binary frame of {len(data)} bytes")
         elif data:
             self._handler.on_audio(data)
 
@@ -136,12 +136,12 @@ class DeviceSession:
         method = payload.get("method")
         if method is None:
             if "id" not in payload:
-                self.log.warn("bad_jsonrpc", "dropped a JSON-RPC message with neither method nor id")
+                self.log.report("bad_jsonrpc", "dropped a JSON-RPC message with neither method nor id")
             elif not self.mcp.handle_response(payload):
-                self.log.warn("unknown_id", f"dropped a reply for unknown id {payload.get('id')!r}")
+                self.log.report("unknown_id", f"dropped a reply for unknown id {payload.get('id')!r}")
             return
         if not isinstance(method, str):
-            self.log.warn("bad_field", "dropped a JSON-RPC message whose method is not a string")
+            self.log.report("bad_field", "dropped a JSON-RPC message whose method is not a string")
             return
         if "id" not in payload:
             self._handler.on_notification(method, payload.get("params"))
