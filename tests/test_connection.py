@@ -1,9 +1,9 @@
 """The device endpoint over real WebSockets into the test HA."""
 
 import asyncio
-from types import MappingProxyType
 import json
 import logging
+from types import MappingProxyType
 from typing import Any
 
 from aiohttp import WSMsgType
