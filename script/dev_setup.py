@@ -1,0 +1,75 @@
+"""Prepare config/ for script/develop: the Xiaozhi Local hub and one paired simulated device.
+
+Uses Home Assistant's own ConfigEntry class to write ``.storage/core.config_entries``, so the
+dev HA starts with the integration set up (no clicks beyond HA's onboarding). Idempotent: a
+second run keeps the existing entry and token. Prints ``MAC TOKEN`` of the simulated device.
+"""
+
+import json
+from pathlib import Path
+import secrets
+import sys
+from types import MappingProxyType
+
+from homeassistant.config_entries import (
+    SOURCE_USER,
+    STORAGE_KEY,
+    STORAGE_VERSION,
+    STORAGE_VERSION_MINOR,
+    ConfigEntry,
+    ConfigSubentryData,
+)
+
+DOMAIN = "xiaozhi_local"
+SIM_MAC = "cc:ba:97:04:92:94"
+
+
+def main(config_dir: Path) -> None:
+    """Seed the entry if missing and print the simulated device's MAC and token."""
+    path = config_dir / ".storage" / STORAGE_KEY
+    store = (
+        json.loads(path.read_text())
+        if path.exists()
+        else {
+            "version": STORAGE_VERSION,
+            "minor_version": STORAGE_VERSION_MINOR,
+            "key": STORAGE_KEY,
+            "data": {"entries": []},
+        }
+    )
+    entries = store["data"]["entries"]
+    hub = next((e for e in entries if e["domain"] == DOMAIN), None)
+    if hub is None:
+        entry = ConfigEntry(
+            data={},
+            discovery_keys=MappingProxyType({}),
+            domain=DOMAIN,
+            minor_version=1,
+            options={},
+            source=SOURCE_USER,
+            subentries_data=[
+                ConfigSubentryData(
+                    data={"mac": SIM_MAC, "token": secrets.token_urlsafe(32)},
+                    subentry_type="device",
+                    title="Simulated xiaozhi",
+                    unique_id=SIM_MAC,
+                )
+            ],
+            title="Xiaozhi Local",
+            unique_id=None,
+            version=1,
+        )
+        hub = json.loads(json.dumps(entry.as_dict(), default=str))
+        entries.append(hub)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(store, indent=2))
+    device = next((s for s in hub.get("subentries", []) if s["data"].get("mac") == SIM_MAC), None)
+    if device is None:
+        sys.exit(
+            f"The existing Xiaozhi Local entry has no device {SIM_MAC}; add it in the UI or remove config/.storage"
+        )
+    print(SIM_MAC, device["data"]["token"])
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,1 @@
+"""Tests of the device simulator: it must behave like stock firmware."""

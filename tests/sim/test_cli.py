@@ -1,0 +1,52 @@
+"""``python -m xiaozhi_sim`` as a separate process against the test HA's endpoint."""
+
+import asyncio
+import os
+from pathlib import Path
+import sys
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+from homeassistant.core import HomeAssistant
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from ..conftest import MAC, TOKEN, wait_for, ws_url
+
+ROOT = Path(__file__).parents[2]
+
+
+async def run_cli(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "xiaozhi_sim",
+        *args,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def test_cli_connects_and_leaves_when_closed(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> None:
+    proc = await run_cli("--url", ws_url(client), "--token", TOKEN, "--mac", MAC.upper(), "--ir")
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    assert line.decode().startswith(f"connected as {MAC}")
+    xdev = setup_integration.runtime_data.devices[MAC]
+    await wait_for(xdev, lambda d: "self.ir.send_named" in d.tools, timeout=30)
+    await xdev.connection.async_close("test over")  # the server ends the conversation
+    out, _err = await asyncio.wait_for(proc.communicate(), 30)
+    assert "disconnected" in out.decode()
+    assert proc.returncode == 0
+
+
+async def test_cli_refused(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> None:
+    proc = await run_cli("--url", ws_url(client), "--token", "wrong", "--mac", MAC)
+    _out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1
+    assert "401" in err.decode()
