@@ -31,7 +31,9 @@ def hub_device(hass: HomeAssistant, mac: str = MAC) -> Any:
     return hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[mac]
 
 
-async def test_firmware_hello_and_discovery(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+async def test_firmware_hello_and_discovery(
+    hass: HomeAssistant, make_device: DeviceFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     device = await make_device(extra_tools=60, ir=True)
     hello = device.server_hello
     assert hello is not None
@@ -54,6 +56,8 @@ async def test_firmware_hello_and_discovery(hass: HomeAssistant, make_device: De
     assert (entry.model, entry.sw_version, entry.manufacturer) == ("bread-compact-wifi", "2.4.2", "Xiaozhi")
     assert entry.name == "Kitchen"
     assert (dr.CONNECTION_NETWORK_MAC, MAC) in entry.connections
+    # The device's Bearer token is not an HA token: it must not count as a failed HA login (ip-ban).
+    assert not [r for r in caplog.records if r.name == "homeassistant.components.http.ban"]
 
 
 async def test_tools_are_listed_again_on_every_connection(hass: HomeAssistant, make_device: DeviceFactory) -> None:
@@ -236,7 +240,19 @@ async def test_garbage_frames_survive(
     for kind in ("not_json", "not_object", "no_type", "bad_field", "unknown_id", "bad_jsonrpc", "too_large"):
         assert kinds.count(kind) == 1, kind
     assert all(MAC in r.getMessage() for r in warnings)
+    assert xdev.log.counts["not_json"] == 2  # counted every time, logged once
     assert xdev.connection.audio_frames == 1  # the 20 000-byte one was over the limit
+    # Once per device, not per connection: after a reconnect the same garbage is not logged again.
+    await device.drop()
+    await wait_for(xdev, lambda d: d.connection is None)
+    caplog.clear()
+    again = await make_device()
+    waiter = EventWaiter(hass, EVENT_NOTIFICATION)
+    await again.send_raw("not json")
+    await again.send_notification("notifications/x")  # frames are handled in order: this comes after
+    await waiter.wait()
+    assert xdev.log.counts["not_json"] == 3
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING and "not_json" in r.getMessage()]
 
 
 async def test_frames_before_hello_are_dropped(hass: HomeAssistant, client: TestClient[Any, Any], caplog) -> None:

@@ -14,7 +14,7 @@ from .device import XiaozhiDevice
 from .protocol import session as proto_session
 from .protocol.mcp import McpConnectionError, McpError, McpRemoteError
 from .protocol.messages import ClientHello, ControlMessage
-from .protocol.session import DeviceSession, OnceLogger
+from .protocol.session import DeviceSession
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class DeviceConnection:
         self.device = device
         self.ws = ws
         self.client = client
-        self.log = OnceLogger(device.mac, _LOGGER)
+        self.log = device.log
         self.session = DeviceSession(device.mac, ws.send_str, self, log=self.log)
         self.discovered = asyncio.Event()
         self.audio_frames = 0

@@ -12,6 +12,7 @@ from homeassistant.util import dt as dt_util
 
 from .const import CONF_MAC, CONF_TOKEN, DOMAIN, MANUFACTURER
 from .protocol.mcp import McpConnectionError, McpTimeoutError, McpTool, ServerInfo, ToolResult
+from .protocol.session import OnceLogger
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -39,6 +40,7 @@ class XiaozhiDevice:
         self.tools: dict[str, McpTool] = {}
         self.server_info = ServerInfo()
         self.last_seen: datetime | None = None
+        self.log = OnceLogger(self.mac, _LOGGER)  # each kind of problem is logged once per device
         self._listeners: list[Callable[[], None]] = []
         registry_entry = dr.async_get(hass).async_get_or_create(
             config_entry_id=entry_id,

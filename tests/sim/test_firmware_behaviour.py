@@ -54,16 +54,7 @@ async def test_initialize_takes_vision() -> None:
 
 
 async def test_take_photo_without_vision_fails_like_firmware() -> None:
-    dev = device(camera=True)
-    reply = await dev.mcp.handle(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": "self.camera.take_photo", "arguments": {"question": "?"}},
-        }
-    )
-    assert reply is not None
+    reply = await call(device(camera=True), {"name": "self.camera.take_photo", "arguments": {"question": "?"}})
     assert reply["error"] == {"message": "Image explain URL or token is not set"}
 
 

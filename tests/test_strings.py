@@ -1,0 +1,66 @@
+"""Translations and manifest: every language has every key, every key the code uses exists."""
+
+import json
+from pathlib import Path
+import re
+from typing import Any
+
+import pytest
+
+COMPONENT = Path(__file__).parents[1] / "custom_components" / "xiaozhi_local"
+STRINGS = json.loads((COMPONENT / "strings.json").read_text())
+
+
+def keys(tree: dict[str, Any], prefix: str = "") -> set[str]:
+    out: set[str] = set()
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else key
+        out |= keys(value, path) if isinstance(value, dict) else {path}
+    return out
+
+
+def placeholders(tree: dict[str, Any]) -> dict[str, set[str]]:
+    flat: dict[str, set[str]] = {}
+
+    def walk(node: dict[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            path = f"{prefix}.{key}"
+            if isinstance(value, dict):
+                walk(value, path)
+            else:
+                flat[path] = set(re.findall(r"\{(\w+)\}", value))
+
+    walk(tree, "")
+    return flat
+
+
+def test_english_is_strings_json() -> None:
+    assert json.loads((COMPONENT / "translations" / "en.json").read_text()) == STRINGS
+
+
+@pytest.mark.parametrize("language", ["en", "zh-Hans"])
+def test_every_key_and_placeholder_in_every_language(language: str) -> None:
+    translation = json.loads((COMPONENT / "translations" / f"{language}.json").read_text())
+    assert keys(translation) == keys(STRINGS)
+    assert placeholders(translation) == placeholders(STRINGS)
+
+
+def test_translation_keys_used_in_code_exist() -> None:
+    code = "\n".join(p.read_text() for p in COMPONENT.glob("*.py"))
+    used = set(re.findall(r'translation_key="(\w+)"', code)) | set(re.findall(r'_error\("(\w+)"', code))
+    assert used
+    assert used <= set(STRINGS["exceptions"])
+    assert set(STRINGS["exceptions"]) <= used  # no dead strings
+    errors = set(re.findall(r'errors\[\w+\] = "(\w+)"', code))
+    assert errors <= set(STRINGS["config_subentries"]["device"]["error"])
+
+
+def test_manifest_key_order() -> None:
+    manifest = json.loads((COMPONENT / "manifest.json").read_text())
+    order = list(manifest)
+    assert order[:2] == ["domain", "name"]
+    assert order[2:] == sorted(order[2:])
+    for key in ("codeowners", "documentation", "issue_tracker", "version", "iot_class", "config_flow"):
+        assert key in manifest
+    assert manifest["integration_type"] == "hub"
+    assert manifest["iot_class"] == "local_push"
