@@ -25,3 +25,10 @@ class EventWaiter:
                 self._changed.clear()
                 await self._changed.wait()
         return self.events
+
+
+def placeholders_of(result: Any) -> dict[str, str]:
+    """A flow result's description placeholders (asserted present)."""
+    placeholders = result["description_placeholders"]
+    assert placeholders is not None
+    return dict(placeholders)

@@ -1,8 +1,8 @@
-"""The hub flow and the "Add device" subentry flow."""
+"""The hub flow, discovered-device pairing, hub options, and the "Add device" subentry flow."""
 
 from typing import Any
 
-from homeassistant.config_entries import SOURCE_USER
+from homeassistant.config_entries import SOURCE_IGNORE, SOURCE_INTEGRATION_DISCOVERY, SOURCE_USER
 from homeassistant.core import HomeAssistant
 from homeassistant.core_config import async_process_ha_core_config
 from homeassistant.data_entry_flow import FlowResultType
@@ -10,10 +10,21 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import CONF_MAC, CONF_TOKEN, DOMAIN, SUBENTRY_DEVICE
-from custom_components.xiaozhi_local.http import websocket_url
+from custom_components.xiaozhi_local.pairing import LOCKOUT, MAX_FAILURES, DeviceReport
+from custom_components.xiaozhi_local.urls import ota_url, websocket_url
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import MAC, ws_url
+from .helpers import placeholders_of
+
+NEW_MAC = "aa:bb:cc:00:11:22"
+
+
+def wrong(code: str) -> str:
+    return "000000" if code != "000000" else "111111"
+
+
+# -- the hub -------------------------------------------------------------------------------
 
 
 async def test_hub_flow(hass: HomeAssistant) -> None:
@@ -21,14 +32,13 @@ async def test_hub_flow(hass: HomeAssistant) -> None:
     result = await hass.config_entries.flow.async_init(DOMAIN, context={"source": SOURCE_USER})
     assert result["type"] is FlowResultType.FORM
     assert result["step_id"] == "user"
-    assert result["description_placeholders"] == {"url": "ws://192.168.1.10:8123/api/xiaozhi_local/v1/"}
+    assert result["description_placeholders"] == {"ota_url": "http://192.168.1.10:8123/api/xiaozhi_local/ota/"}
     result = await hass.config_entries.flow.async_configure(result["flow_id"], {})
     assert result["type"] is FlowResultType.CREATE_ENTRY
     assert result["title"] == "Xiaozhi Local"
     assert result["data"] == {}
     await hass.async_block_till_done()
-    entry = hass.config_entries.async_entries(DOMAIN)[0]
-    assert entry.runtime_data.devices == {}
+    assert hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices == {}
 
 
 async def test_single_instance(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
@@ -37,78 +47,251 @@ async def test_single_instance(hass: HomeAssistant, setup_integration: MockConfi
     assert result["reason"] == "single_instance_allowed"
 
 
-async def start_device_flow(hass: HomeAssistant, entry: MockConfigEntry) -> dict[str, Any]:
+async def test_ignored_device_does_not_block_the_hub(hass: HomeAssistant) -> None:
+    MockConfigEntry(domain=DOMAIN, source=SOURCE_IGNORE, unique_id=NEW_MAC).add_to_hass(hass)
+    result = await hass.config_entries.flow.async_init(DOMAIN, context={"source": SOURCE_USER})
+    assert result["type"] is FlowResultType.FORM
+
+
+# -- discovered devices ----------------------------------------------------------------------
+
+
+async def discover(hass: HomeAssistant, entry: MockConfigEntry, mac: str = NEW_MAC) -> tuple[dict[str, Any], str]:
+    """An unknown device's OTA request, as the endpoint handles it; returns its flow and code."""
+    pending = entry.runtime_data.async_request_pairing(mac, DeviceReport(board="atoms3r", client_id="cid"))
+    await hass.async_block_till_done()
+    flows = hass.config_entries.flow.async_progress_by_handler(DOMAIN, match_context={"unique_id": mac})
+    assert len(flows) == 1
+    return dict(flows[0]), pending.code
+
+
+async def test_discovered_device_pairs(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    flow, code = await discover(hass, setup_integration)
+    assert flow["context"]["title_placeholders"] == {"board": "atoms3r", "mac": NEW_MAC}
+    result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": wrong(code)})
+    assert result["errors"] == {"code": "invalid_code"}
+    result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "paired"
+    assert result["description_placeholders"] == {"name": f"Xiaozhi {NEW_MAC}"}
+    sub = next(s for s in setup_integration.subentries.values() if s.unique_id == NEW_MAC)
+    assert sub.data[CONF_MAC] == NEW_MAC
+    assert sub.data["client_id"] == "cid"
+    assert len(sub.data[CONF_TOKEN]) >= 43
+    assert NEW_MAC in setup_integration.runtime_data.devices
+
+
+async def test_discovered_device_lockout(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    flow, code = await discover(hass, setup_integration)
+    for _ in range(MAX_FAILURES - 1):
+        result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": wrong(code)})
+        assert result["errors"] == {"code": "invalid_code"}
+    result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": wrong(code)})
+    assert result["errors"] == {"code": "code_locked"}
+    result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
+    assert result["errors"] == {"code": "code_locked"}
+
+
+async def test_discovered_device_code_expired(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    flow, code = await discover(hass, setup_integration)
+    setup_integration.runtime_data.pairing.remove(NEW_MAC)  # as if its code expired
+    result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "not_pending"
+
+
+async def test_expired_codes_close_their_cards(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    pairing = setup_integration.runtime_data.pairing
+    await discover(hass, setup_integration)
+    pairing.code_ttl = 0  # everything pending is now expired
+    assert pairing.get(NEW_MAC) is None
+    await hass.async_block_till_done()
+    assert hass.config_entries.flow.async_progress_by_handler(DOMAIN) == []
+
+
+@pytest.mark.parametrize(("mac", "reason"), [(MAC, "already_paired"), ("aa:bb:cc:00:11:99", "already_configured")])
+async def test_discovery_aborts(hass: HomeAssistant, setup_integration: MockConfigEntry, mac: str, reason: str) -> None:
+    MockConfigEntry(domain=DOMAIN, source=SOURCE_IGNORE, unique_id="aa:bb:cc:00:11:99").add_to_hass(hass)
+    result = await hass.config_entries.flow.async_init(
+        DOMAIN, context={"source": SOURCE_INTEGRATION_DISCOVERY}, data={CONF_MAC: mac, "board": ""}
+    )
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == reason
+
+
+async def test_discovery_when_not_loaded(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    flow, code = await discover(hass, setup_integration)
+    await hass.config_entries.async_unload(setup_integration.entry_id)
+    result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
+    assert result["reason"] == "not_loaded"
+    result = await hass.config_entries.flow.async_init(
+        DOMAIN, context={"source": SOURCE_INTEGRATION_DISCOVERY}, data={CONF_MAC: NEW_MAC}
+    )
+    assert result["reason"] == "not_loaded"
+
+
+# -- hub options ----------------------------------------------------------------------------
+
+
+async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    hub = setup_integration.runtime_data
+    assert not hub.accept_without_code
+    assert hub.websocket_url() == websocket_url(hass)
+    result = await hass.config_entries.options.async_init(setup_integration.entry_id)
+    assert result["type"] is FlowResultType.FORM
+    assert placeholders_of(result)["ota_url"] == ota_url(hass)
+    result = await hass.config_entries.options.async_configure(
+        result["flow_id"], {"accept_without_code": True, "websocket_url": "http://wrong"}
+    )
+    assert result["errors"] == {"websocket_url": "invalid_websocket_url"}
+    result = await hass.config_entries.options.async_configure(
+        result["flow_id"], {"accept_without_code": True, "websocket_url": " ws://10.0.0.2:8123/api/xiaozhi_local/v1/ "}
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert hub.accept_without_code
+    assert hub.websocket_url() == "ws://10.0.0.2:8123/api/xiaozhi_local/v1/"
+    result = await hass.config_entries.options.async_init(setup_integration.entry_id)
+    result = await hass.config_entries.options.async_configure(result["flow_id"], {"accept_without_code": False})
+    assert setup_integration.options == {"accept_without_code": False, "websocket_url": ""}
+    assert hub.websocket_url() == websocket_url(hass)
+
+
+# -- "Add device" ---------------------------------------------------------------------------
+
+
+async def start_device_flow(hass: HomeAssistant, entry: MockConfigEntry, how: str) -> dict[str, Any]:
     result = await hass.config_entries.subentries.async_init(
         (entry.entry_id, SUBENTRY_DEVICE), context={"source": SOURCE_USER}
     )
+    assert result["type"] is FlowResultType.MENU
+    assert result["menu_options"] == ["code", "manual"]
+    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {"next_step_id": how})
     assert result["type"] is FlowResultType.FORM
-    assert result["step_id"] == "user"
+    assert result["step_id"] == how
     return dict(result)
 
 
-async def test_add_device_then_it_connects(
+async def test_add_device_by_code(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    _flow, code = await discover(hass, setup_integration)
+    result = await start_device_flow(hass, setup_integration, "code")
+    assert result["description_placeholders"] == {"ota_url": ota_url(hass)}
+    result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {"code": wrong(code)}))
+    assert result["errors"] == {"code": "invalid_code"}
+    result = dict(
+        await hass.config_entries.subentries.async_configure(
+            result["flow_id"], {"code": f"{code[:3]}-{code[3:]}", "name": "Hall"}
+        )
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert result["title"] == "Hall"
+    assert result["data"][CONF_MAC] == NEW_MAC
+    assert result["data"]["client_id"] == "cid"
+    await hass.async_block_till_done()
+    assert NEW_MAC in setup_integration.runtime_data.devices
+    assert len(setup_integration.runtime_data.pairing) == 0
+    assert hass.config_entries.flow.async_progress_by_handler(DOMAIN) == []  # its card is gone
+
+
+async def test_add_device_by_code_lockout(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    _flow, code = await discover(hass, setup_integration)
+    result = await start_device_flow(hass, setup_integration, "code")
+    for _ in range(MAX_FAILURES):
+        result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {"code": wrong(code)}))
+    assert result["errors"] == {"code": "code_locked"}
+    pairing = setup_integration.runtime_data.pairing
+    pairing.clock = lambda: 1e12 + LOCKOUT  # time passes
+    pairing.code_ttl = 1e13
+    result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {"code": code}))
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+
+
+async def test_add_device_by_code_already_added(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    # A device that is pending and paired at the same time (paired from another window).
+    code = setup_integration.runtime_data.pairing.request(MAC, DeviceReport())[0].code
+    result = await start_device_flow(hass, setup_integration, "code")
+    result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {"code": code}))
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "already_configured"
+
+
+async def test_add_device_by_code_not_loaded(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    result = await start_device_flow(hass, setup_integration, "code")
+    await hass.config_entries.async_unload(setup_integration.entry_id)
+    result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {"code": "123456"}))
+    assert result["reason"] == "not_loaded"
+
+
+async def test_add_device_by_mac_then_it_connects(
     hass: HomeAssistant, setup_integration: MockConfigEntry, hass_client_no_auth: Any
 ) -> None:
     mac = "AA-BB-CC-00-11-22"
-    result = await start_device_flow(hass, setup_integration)
+    result = await start_device_flow(hass, setup_integration, "manual")
     result = dict(
         await hass.config_entries.subentries.async_configure(result["flow_id"], {CONF_MAC: mac, "name": " Hall "})
     )
-    assert result["type"] is FlowResultType.FORM
     assert result["step_id"] == "credentials"
     placeholders = result["description_placeholders"]
     token = placeholders["token"]
-    assert placeholders["mac"] == "aa:bb:cc:00:11:22"
-    assert placeholders["url"].endswith("/api/xiaozhi_local/v1/")
-    assert len(token) >= 43  # 256 bits, URL-safe base64
-    assert " " not in token
+    assert placeholders["mac"] == NEW_MAC
+    assert placeholders["url"] == websocket_url(hass)
+    assert placeholders["ota_url"] == ota_url(hass)
+    assert len(token) >= 43
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {}))
     assert result["type"] is FlowResultType.CREATE_ENTRY
     assert result["title"] == "Hall"
     await hass.async_block_till_done()
-    sub = next(s for s in setup_integration.subentries.values() if s.unique_id == "aa:bb:cc:00:11:22")
-    assert sub.data == {CONF_MAC: "aa:bb:cc:00:11:22", CONF_TOKEN: token}
-    # The new device is known at once (no reload) and connects with the token it was shown.
+    sub = next(s for s in setup_integration.subentries.values() if s.unique_id == NEW_MAC)
+    assert sub.data == {CONF_MAC: NEW_MAC, CONF_TOKEN: token}
     hub = setup_integration.runtime_data
     client = await hass_client_no_auth()
-    device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=token, mac="aa:bb:cc:00:11:22"))
+    device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=token, mac=NEW_MAC))
     await device.connect()
-    await hub.devices["aa:bb:cc:00:11:22"].async_wait_ready(5)
+    await hub.devices[NEW_MAC].async_wait_ready(5)
     await device.drop()
     await hub.async_wait_no_connections()
 
 
-async def test_add_device_default_name(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
-    result = await start_device_flow(hass, setup_integration)
+async def test_add_device_by_mac_default_name(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    result = await start_device_flow(hass, setup_integration, "manual")
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {CONF_MAC: "aabbcc001122"}))
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {}))
-    assert result["title"] == "Xiaozhi aa:bb:cc:00:11:22"
-
-
-async def test_tokens_differ(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
-    tokens = set()
-    for mac in ("aabbcc001122", "aabbcc001123"):
-        result = await start_device_flow(hass, setup_integration)
-        result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {CONF_MAC: mac}))
-        tokens.add(result["description_placeholders"]["token"])
-    assert len(tokens) == 2
+    assert result["title"] == f"Xiaozhi {NEW_MAC}"
 
 
 @pytest.mark.parametrize("mac", ["", "cc:ba:97", "not a mac", "gg:ba:97:04:92:94"])
 async def test_invalid_mac_then_fixed(hass: HomeAssistant, setup_integration: MockConfigEntry, mac: str) -> None:
-    result = await start_device_flow(hass, setup_integration)
+    result = await start_device_flow(hass, setup_integration, "manual")
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {CONF_MAC: mac}))
-    assert result["type"] is FlowResultType.FORM
     assert result["errors"] == {CONF_MAC: "invalid_mac"}
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {CONF_MAC: "aabbcc001122"}))
     assert result["step_id"] == "credentials"
 
 
 async def test_duplicate_mac(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
-    result = await start_device_flow(hass, setup_integration)
+    result = await start_device_flow(hass, setup_integration, "manual")
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {CONF_MAC: MAC.upper()}))
     assert result["type"] is FlowResultType.ABORT
     assert result["reason"] == "already_configured"
+
+
+async def test_regenerate_token(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
+    old = sub.data[CONF_TOKEN]
+    result = await hass.config_entries.subentries.async_init(
+        (setup_integration.entry_id, SUBENTRY_DEVICE), context={"source": "reconfigure", "subentry_id": sub.subentry_id}
+    )
+    assert result["step_id"] == "reconfigure"
+    assert result["description_placeholders"] == {"name": "Kitchen"}
+    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    assert result["step_id"] == "new_token"
+    token = placeholders_of(result)["token"]
+    assert token != old
+    assert old in setup_integration.subentries[sub.subentry_id].data.values()  # not stored before Submit
+    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    assert result["reason"] == "reconfigure_successful"
+    assert setup_integration.subentries[sub.subentry_id].data == {CONF_MAC: MAC, CONF_TOKEN: token}
+    await hass.async_block_till_done()
+    assert setup_integration.runtime_data.devices[MAC].token == token
 
 
 @pytest.mark.parametrize(
@@ -122,3 +305,4 @@ async def test_duplicate_mac(hass: HomeAssistant, setup_integration: MockConfigE
 async def test_websocket_url(hass: HomeAssistant, config: dict[str, str], url: str) -> None:
     await async_process_ha_core_config(hass, config)
     assert websocket_url(hass) == url
+    assert ota_url(hass) == url.replace("ws", "http", 1).replace("/v1/", "/ota/")

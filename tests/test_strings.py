@@ -51,8 +51,22 @@ def test_translation_keys_used_in_code_exist() -> None:
     assert used
     assert used <= set(STRINGS["exceptions"])
     assert set(STRINGS["exceptions"]) <= used  # no dead strings
-    errors = set(re.findall(r'errors\[\w+\] = "(\w+)"', code))
-    assert errors <= set(STRINGS["config_subentries"]["device"]["error"])
+    all_errors = (
+        set(STRINGS["config"]["error"])
+        | set(STRINGS["options"]["error"])
+        | set(STRINGS["config_subentries"]["device"]["error"])
+    )
+    assert set(re.findall(r'errors\[\w+\] = "(\w+)"', code)) <= all_errors
+    all_aborts = set(STRINGS["config"]["abort"]) | set(STRINGS["config_subentries"]["device"]["abort"])
+    assert set(re.findall(r'async_abort\(reason="(\w+)"', code)) <= all_aborts
+
+
+def test_code_check_results_are_translated() -> None:
+    from custom_components.xiaozhi_local.pairing import CheckResult
+
+    shown = {CheckResult.WRONG.value, CheckResult.LOCKED.value}  # used as form errors
+    assert shown <= set(STRINGS["config"]["error"])
+    assert shown <= set(STRINGS["config_subentries"]["device"]["error"])
 
 
 def test_manifest_key_order() -> None:

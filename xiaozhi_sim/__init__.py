@@ -6,11 +6,15 @@ Used by the tests, ``script/develop`` and the benchmarks; point it at any server
 
 from .device import DeviceCrashed, HelloTimeout, SimulatedDevice, SimulatorOptions
 from .mcp_server import McpServer, Property, Tool, ToolError
+from .ota import OtaClient, OtaError, OtaTiming
 
 __all__ = [
     "DeviceCrashed",
     "HelloTimeout",
     "McpServer",
+    "OtaClient",
+    "OtaError",
+    "OtaTiming",
     "Property",
     "SimulatedDevice",
     "SimulatorOptions",

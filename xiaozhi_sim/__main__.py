@@ -11,7 +11,12 @@ from .device import DeviceCrashed, HelloTimeout, SimulatedDevice, SimulatorOptio
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(prog="python -m xiaozhi_sim", description=__doc__)
-    parser.add_argument("--url", required=True, help="WebSocket URL, e.g. ws://127.0.0.1:8123/api/xiaozhi_local/v1/")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="WebSocket URL, e.g. ws://127.0.0.1:8123/api/xiaozhi_local/v1/")
+    target.add_argument(
+        "--ota", help="boot through the OTA URL as the firmware does (pairing code, then the URL and token it gets)"
+    )
+    parser.add_argument("--language", default="en-US", help="Accept-Language of the OTA request")
     parser.add_argument("--token", default="", help="the device token (empty: no Authorization header)")
     parser.add_argument("--mac", default="cc:ba:97:04:92:94", help="Device-Id (lower-case MAC)")
     parser.add_argument("--board", default="bread-compact-wifi", help="board name (serverInfo.name)")
@@ -27,10 +32,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _print_code(code: str, message: str) -> None:
+    print(f"activation code {code}: {message}", flush=True)
+
+
 async def run(args: argparse.Namespace) -> int:
     """Connect and stay until the server closes (or forever with --reconnect)."""
     options = SimulatorOptions(
-        url=args.url,
+        url=args.url or "",
+        language=args.language,
         token=args.token,
         mac=args.mac.lower(),
         board=args.board,
@@ -46,6 +56,8 @@ async def run(args: argparse.Namespace) -> int:
     while True:
         device = SimulatedDevice(options)
         try:
+            if args.ota:
+                await device.boot(args.ota, on_code=_print_code)
             await device.connect()
         except DeviceCrashed as err:
             print(f"device crashed: {err}", file=sys.stderr)

@@ -8,10 +8,12 @@ import logging
 from typing import Any
 import uuid
 
+import aiohttp
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from .mcp_server import McpServer
+from .ota import OtaClient, OtaError, OtaTiming
 from .tools import (
     DeviceState,
     add_common_tools,
@@ -53,6 +55,7 @@ class SimulatorOptions:
     extra_tools: int = 0
     hello_timeout: float = 10.0
     handshake_timeout: float = 10.0
+    language: str = "en-US"
 
 
 class SimulatedDevice:
@@ -72,6 +75,7 @@ class SimulatedDevice:
             add_ir_tools(self.mcp, self.state)
         add_extra_tools(self.mcp, options.extra_tools)
         add_user_only_tools(self.mcp, self.system_info, self._schedule_reboot)
+        self.nvs: dict[str, dict[str, Any]] = {}  # settings kept across boots ("websocket", "mqtt")
         self.session_id = ""
         self.server_hello: dict[str, Any] | None = None
         self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()  # server JSON other than mcp/hello
@@ -82,6 +86,7 @@ class SimulatedDevice:
         self._ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
         self.on_mcp_request: Callable[[Any], None] | None = None
+        self.ota: OtaClient | None = None
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -106,6 +111,28 @@ class SimulatedDevice:
             "transport": "websocket",
             "audio_params": {"format": "opus", "sample_rate": 16000, "channels": 1, "frame_duration": 60},
         }
+
+    async def boot(
+        self, ota_url: str, timing: OtaTiming | None = None, on_code: Callable[[str, str], None] | None = None
+    ) -> dict[str, Any]:
+        """The boot-time OTA check, then the WebSocket settings it stored are used.
+
+        Returns the last OTA answer; ``self.ota`` keeps the client (its log, the codes it spoke).
+        Raises OtaError, or RuntimeError when the answer switched the device to MQTT.
+        """
+        client = OtaClient(self, ota_url, timing, on_code)
+        self.ota = client
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            answer = await client.run(session)
+        if "mqtt" in self.nvs:
+            raise RuntimeError("the OTA answer carried mqtt: the device would switch to MQTT")
+        websocket = self.nvs.get("websocket", {})
+        if not isinstance(websocket.get("url"), str):
+            raise OtaError("no WebSocket URL stored")
+        self.options.url = websocket["url"]
+        self.options.token = str(websocket.get("token", ""))
+        self.options.protocol_version = int(websocket.get("version", 1))
+        return answer
 
     async def open(self) -> None:
         """Open the socket without saying hello (tests of what happens before a hello)."""

@@ -7,6 +7,7 @@ from homeassistant.helpers.typing import ConfigType
 from .const import DOMAIN
 from .http import XiaozhiWebSocketView
 from .hub import XiaozhiConfigEntry, XiaozhiHub
+from .ota import XiaozhiActivateView, XiaozhiOtaView
 from .services import async_setup_services
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
@@ -15,6 +16,8 @@ CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     """Register the device endpoint and the actions, once (routes cannot be removed)."""
     hass.http.register_view(XiaozhiWebSocketView())
+    hass.http.register_view(XiaozhiOtaView())
+    hass.http.register_view(XiaozhiActivateView())
     async_setup_services(hass)
     return True
 

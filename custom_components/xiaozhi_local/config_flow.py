@@ -1,6 +1,5 @@
-"""Config flow: one hub entry; devices are its subentries ("Add device")."""
+"""Config flows: the hub, discovered devices (spoken-code pairing), hub options, "Add device"."""
 
-import secrets
 from typing import Any
 
 from homeassistant.config_entries import (
@@ -8,35 +7,91 @@ from homeassistant.config_entries import (
     ConfigFlow,
     ConfigFlowResult,
     ConfigSubentryFlow,
+    OptionsFlow,
     SubentryFlowResult,
 )
 from homeassistant.core import callback
 from homeassistant.helpers import selector
 import probatio as vol
 
-from .const import CONF_MAC, CONF_TOKEN, DOMAIN, SUBENTRY_DEVICE
-from .http import websocket_url
+from .const import CONF_ACCEPT_WITHOUT_CODE, CONF_MAC, CONF_TOKEN, CONF_WEBSOCKET_URL, DOMAIN, SUBENTRY_DEVICE
+from .hub import XiaozhiHub, async_get_hub, default_title
+from .pairing import CheckResult, new_token
 from .protocol.messages import normalize_mac
+from .urls import ota_url, websocket_url
 
+CONF_CODE = "code"
 CONF_NAME = "name"
-TOKEN_BYTES = 32  # 256 bits
+
+CODE_SCHEMA = vol.Schema(
+    {
+        vol.Required(CONF_CODE): selector.TextSelector(),
+        vol.Optional(CONF_NAME): selector.TextSelector(),
+    }
+)
 
 
-def new_token() -> str:
-    """A per-device secret (URL-safe, no spaces: the firmware prepends "Bearer ")."""
-    return secrets.token_urlsafe(TOKEN_BYTES)
+def _name(user_input: dict[str, Any]) -> str | None:
+    return (user_input.get(CONF_NAME) or "").strip() or None
 
 
 class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
-    """The hub: a single entry that owns the device endpoint."""
+    """The hub (one per HA), and discovered devices asking to join it."""
 
     VERSION = 1
 
+    def __init__(self) -> None:
+        """Start empty."""
+        self._mac = ""
+
     async def async_step_user(self, user_input: dict[str, Any] | None = None) -> ConfigFlowResult:
-        """Confirm, showing the URL devices will use."""
+        """Create the hub, showing the URL devices are set up with."""
+        if self._async_current_entries(include_ignore=False):
+            return self.async_abort(reason="single_instance_allowed")
         if user_input is not None:
             return self.async_create_entry(title="Xiaozhi Local", data={})
-        return self.async_show_form(step_id="user", description_placeholders={"url": websocket_url(self.hass)})
+        return self.async_show_form(step_id="user", description_placeholders={"ota_url": ota_url(self.hass)})
+
+    async def async_step_integration_discovery(self, discovery_info: dict[str, Any]) -> ConfigFlowResult:
+        """An unknown device asked the OTA endpoint to join."""
+        self._mac = discovery_info[CONF_MAC]
+        await self.async_set_unique_id(self._mac)
+        self._abort_if_unique_id_configured()  # "Ignore" on an earlier card
+        hub = async_get_hub(self.hass)
+        if hub is None:
+            return self.async_abort(reason="not_loaded")
+        if self._mac in hub.devices:
+            return self.async_abort(reason="already_paired")
+        board = discovery_info.get("board") or "device"
+        self.context["title_placeholders"] = {"board": board, "mac": self._mac}
+        return await self.async_step_pair()
+
+    async def async_step_pair(self, user_input: dict[str, Any] | None = None) -> ConfigFlowResult:
+        """Type the code the device speaks."""
+        hub = async_get_hub(self.hass)
+        if hub is None:
+            return self.async_abort(reason="not_loaded")
+        errors: dict[str, str] = {}
+        if user_input is not None:
+            result = hub.pairing.check(self._mac, user_input[CONF_CODE])
+            if result is CheckResult.OK:
+                device = hub.async_pair(self._mac, _name(user_input), _client_id(hub, self._mac))
+                return self.async_abort(reason="paired", description_placeholders={"name": device.name})
+            if result is CheckResult.UNKNOWN:
+                return self.async_abort(reason="not_pending")
+            errors[CONF_CODE] = result.value
+        return self.async_show_form(
+            step_id="pair",
+            data_schema=self.add_suggested_values_to_schema(CODE_SCHEMA, user_input),
+            errors=errors,
+            description_placeholders={"mac": self._mac},
+        )
+
+    @staticmethod
+    @callback
+    def async_get_options_flow(config_entry: ConfigEntry) -> XiaozhiOptionsFlow:
+        """The hub's options."""
+        return XiaozhiOptionsFlow()
 
     @classmethod
     @callback
@@ -45,7 +100,40 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
         return {SUBENTRY_DEVICE: DeviceSubentryFlow}
 
 
-DEVICE_SCHEMA = vol.Schema(
+def _client_id(hub: XiaozhiHub, mac: str) -> str | None:
+    pending = hub.pairing.get(mac)
+    return pending.report.client_id if pending else None
+
+
+class XiaozhiOptionsFlow(OptionsFlow):
+    """Pairing without a code (trials) and the WebSocket URL handed to devices."""
+
+    async def async_step_init(self, user_input: dict[str, Any] | None = None) -> ConfigFlowResult:
+        """One form."""
+        errors: dict[str, str] = {}
+        if user_input is not None:
+            url = (user_input.get(CONF_WEBSOCKET_URL) or "").strip()
+            if url and not url.startswith(("ws://", "wss://")):
+                errors[CONF_WEBSOCKET_URL] = "invalid_websocket_url"
+            else:
+                return self.async_create_entry(
+                    data={CONF_ACCEPT_WITHOUT_CODE: user_input[CONF_ACCEPT_WITHOUT_CODE], CONF_WEBSOCKET_URL: url}
+                )
+        schema = vol.Schema(
+            {
+                vol.Required(CONF_ACCEPT_WITHOUT_CODE, default=False): selector.BooleanSelector(),
+                vol.Optional(CONF_WEBSOCKET_URL): selector.TextSelector(),
+            }
+        )
+        return self.async_show_form(
+            step_id="init",
+            data_schema=self.add_suggested_values_to_schema(schema, user_input or dict(self.config_entry.options)),
+            errors=errors,
+            description_placeholders={"ota_url": ota_url(self.hass), "websocket_url": websocket_url(self.hass)},
+        )
+
+
+MANUAL_SCHEMA = vol.Schema(
     {
         vol.Required(CONF_MAC): selector.TextSelector(),
         vol.Optional(CONF_NAME): selector.TextSelector(),
@@ -54,7 +142,7 @@ DEVICE_SCHEMA = vol.Schema(
 
 
 class DeviceSubentryFlow(ConfigSubentryFlow):
-    """Add a device by its MAC address; it gets its own token."""
+    """Add a device (by its spoken code, or by MAC for other clients); regenerate its token."""
 
     def __init__(self) -> None:
         """Start empty."""
@@ -62,7 +150,34 @@ class DeviceSubentryFlow(ConfigSubentryFlow):
         self._title = ""
 
     async def async_step_user(self, user_input: dict[str, Any] | None = None) -> SubentryFlowResult:
-        """Ask for the MAC address (the device's ``Device-Id``) and a name."""
+        """How to add it."""
+        return self.async_show_menu(step_id="user", menu_options=["code", "manual"])
+
+    async def async_step_code(self, user_input: dict[str, Any] | None = None) -> SubentryFlowResult:
+        """The code a device speaks after its OTA URL was set to Home Assistant."""
+        if (hub := async_get_hub(self.hass)) is None:
+            return self.async_abort(reason="not_loaded")
+        errors: dict[str, str] = {}
+        if user_input is not None:
+            result, pending = hub.pairing.claim(user_input[CONF_CODE])
+            if pending is not None:
+                mac = pending.mac
+                if any(sub.unique_id == mac for sub in self._get_entry().subentries.values()):
+                    return self.async_abort(reason="already_configured")
+                data = {CONF_MAC: mac, CONF_TOKEN: new_token()}
+                if pending.report.client_id:
+                    data["client_id"] = pending.report.client_id
+                return self.async_create_entry(title=_name(user_input) or default_title(mac), data=data, unique_id=mac)
+            errors[CONF_CODE] = result.value
+        return self.async_show_form(
+            step_id="code",
+            data_schema=self.add_suggested_values_to_schema(CODE_SCHEMA, user_input),
+            errors=errors,
+            description_placeholders={"ota_url": ota_url(self.hass)},
+        )
+
+    async def async_step_manual(self, user_input: dict[str, Any] | None = None) -> SubentryFlowResult:
+        """A client configured by hand: its MAC address (``Device-Id``) and a name."""
         errors: dict[str, str] = {}
         if user_input is not None:
             mac = normalize_mac(user_input[CONF_MAC])
@@ -72,20 +187,40 @@ class DeviceSubentryFlow(ConfigSubentryFlow):
                 return self.async_abort(reason="already_configured")
             else:
                 self._data = {CONF_MAC: mac, CONF_TOKEN: new_token()}
-                self._title = (user_input.get(CONF_NAME) or "").strip() or f"Xiaozhi {mac}"
+                self._title = _name(user_input) or default_title(mac)
                 return await self.async_step_credentials()
         return self.async_show_form(
-            step_id="user", data_schema=self.add_suggested_values_to_schema(DEVICE_SCHEMA, user_input), errors=errors
+            step_id="manual",
+            data_schema=self.add_suggested_values_to_schema(MANUAL_SCHEMA, user_input),
+            errors=errors,
         )
 
     async def async_step_credentials(self, user_input: dict[str, Any] | None = None) -> SubentryFlowResult:
-        """Show the URL and the token to configure on the device, then create it."""
+        """Show the URL and the token to configure on the client, then create it."""
         if user_input is not None:
             return self.async_create_entry(title=self._title, data=self._data, unique_id=self._data[CONF_MAC])
+        return self._show_credentials("credentials")
+
+    async def async_step_reconfigure(self, user_input: dict[str, Any] | None = None) -> SubentryFlowResult:
+        """Regenerate the device's token (the old one stops working at once)."""
+        subentry = self._get_reconfigure_subentry()
+        if user_input is not None:
+            self._data = {**subentry.data, CONF_TOKEN: new_token()}
+            return await self.async_step_new_token()
+        return self.async_show_form(step_id="reconfigure", description_placeholders={"name": subentry.title})
+
+    async def async_step_new_token(self, user_input: dict[str, Any] | None = None) -> SubentryFlowResult:
+        """Show the new token, then store it."""
+        if user_input is not None:
+            return self.async_update_and_abort(self._get_entry(), self._get_reconfigure_subentry(), data=self._data)
+        return self._show_credentials("new_token")
+
+    def _show_credentials(self, step_id: str) -> SubentryFlowResult:
         return self.async_show_form(
-            step_id="credentials",
+            step_id=step_id,
             description_placeholders={
                 "url": websocket_url(self.hass),
+                "ota_url": ota_url(self.hass),
                 "token": self._data[CONF_TOKEN],
                 "mac": self._data[CONF_MAC],
             },

@@ -6,11 +6,18 @@ from typing import Final
 DOMAIN: Final = "xiaozhi_local"
 
 WS_PATH: Final = "/api/xiaozhi_local/v1/"
+OTA_PATH: Final = "/api/xiaozhi_local/ota/"
+
+CONF_ACCEPT_WITHOUT_CODE: Final = "accept_without_code"
+CONF_WEBSOCKET_URL: Final = "websocket_url"
 
 SUBENTRY_DEVICE: Final = "device"
 CONF_MAC: Final = "mac"
 CONF_TOKEN: Final = "token"
 CONF_CLIENT_ID: Final = "client_id"
+
+MAX_OTA_BODY: Final = 64 * 1024
+"""An OTA body is a few kB of system info; more is refused with 413."""
 
 EVENT_NOTIFICATION: Final = f"{DOMAIN}_notification"
 

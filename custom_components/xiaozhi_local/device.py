@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from homeassistant.config_entries import ConfigSubentry
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers import device_registry as dr
+from homeassistant.helpers.typing import UNDEFINED
 from homeassistant.util import dt as dt_util
 
 from .const import CONF_MAC, CONF_TOKEN, DOMAIN, MANUFACTURER
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from .connection import DeviceConnection
+    from .pairing import DeviceReport
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -106,6 +108,17 @@ class XiaozhiDevice:
                 self.device_id, model=info.name or None, sw_version=info.version or None
             )
         self._async_notify()
+
+    @callback
+    def async_apply_report(self, report: DeviceReport) -> None:
+        """What the device said at its OTA check goes to the device registry."""
+        if report.board or report.firmware or report.chip:
+            dr.async_get(self.hass).async_update_device(
+                self.device_id,
+                model=report.board or UNDEFINED,
+                sw_version=report.firmware or UNDEFINED,
+                hw_version=report.chip or UNDEFINED,
+            )
 
     async def async_wait_ready(self, timeout: float) -> DeviceConnection:
         """The live connection once its tools are known. Raises DeviceOfflineError/McpTimeoutError."""

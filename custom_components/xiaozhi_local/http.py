@@ -4,9 +4,7 @@ import logging
 
 from aiohttp import web
 from aiohttp.web_exceptions import HTTPNotFound, HTTPUnauthorized
-from homeassistant.core import HomeAssistant
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
-from homeassistant.helpers.network import NoURLAvailableError, get_url
 
 from .connection import ClientInfo, DeviceConnection
 from .const import MAX_CONNECTION_MESSAGE, WS_PATH
@@ -47,15 +45,6 @@ def _protocol_version(value: str | None) -> int:
     except ValueError:
         return 1
     return version if version in PROTOCOL_VERSIONS else 1
-
-
-def websocket_url(hass: HomeAssistant) -> str:
-    """The URL devices use, from HA's internal URL (ws:// or wss://)."""
-    try:
-        base = get_url(hass, allow_external=False, allow_cloud=False, prefer_external=False)
-    except NoURLAvailableError:
-        base = "http://homeassistant.local:8123"
-    return "ws" + base.removeprefix("http") + WS_PATH
 
 
 class XiaozhiWebSocketView(HomeAssistantView):

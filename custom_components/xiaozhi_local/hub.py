@@ -4,14 +4,28 @@ import asyncio
 from datetime import datetime
 import hmac
 import logging
+from types import MappingProxyType
 
-from homeassistant.config_entries import ConfigEntry
+from homeassistant.config_entries import SOURCE_INTEGRATION_DISCOVERY, ConfigEntry, ConfigSubentry
 from homeassistant.core import HomeAssistant, callback
+from homeassistant.helpers import discovery_flow
 from homeassistant.helpers.event import async_track_time_interval
 
 from .connection import DeviceConnection
-from .const import CONF_MAC, DOMAIN, MISSED_PINGS, PING_INTERVAL, SUBENTRY_DEVICE
+from .const import (
+    CONF_ACCEPT_WITHOUT_CODE,
+    CONF_CLIENT_ID,
+    CONF_MAC,
+    CONF_TOKEN,
+    CONF_WEBSOCKET_URL,
+    DOMAIN,
+    MISSED_PINGS,
+    PING_INTERVAL,
+    SUBENTRY_DEVICE,
+)
 from .device import XiaozhiDevice
+from .pairing import DeviceReport, PairingManager, PendingDevice, new_token
+from .urls import websocket_url
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -27,6 +41,7 @@ class XiaozhiHub:
         self.devices: dict[str, XiaozhiDevice] = {}
         self._by_device_id: dict[str, XiaozhiDevice] = {}
         self.connections: set[DeviceConnection] = set()  # every open socket, hello or not
+        self.pairing = PairingManager(on_drop=self._async_schedule_abort)
         self._no_connections = asyncio.Event()
         self._no_connections.set()
 
@@ -49,6 +64,68 @@ class XiaozhiHub:
             device = XiaozhiDevice(self.hass, self.entry.entry_id, subentry)
             self.devices[mac] = device
             self._by_device_id[device.device_id] = device
+            if (pending := self.pairing.get(mac)) is not None:  # paired just now, however it was done
+                _LOGGER.info("Device %s paired as %s", mac, device.name)
+                device.async_apply_report(pending.report)
+                self.pairing.remove(mac)
+                self._async_schedule_abort(mac)
+
+    @property
+    def accept_without_code(self) -> bool:
+        """Hub option: pair unknown devices at first contact (trials only)."""
+        return bool(self.entry.options.get(CONF_ACCEPT_WITHOUT_CODE, False))
+
+    @callback
+    def websocket_url(self) -> str:
+        """The URL handed to devices: the hub option, else built from HA's internal URL."""
+        return self.entry.options.get(CONF_WEBSOCKET_URL) or websocket_url(self.hass)
+
+    @callback
+    def async_request_pairing(self, mac: str, report: DeviceReport) -> PendingDevice:
+        """An unknown device asks to join: its code, and a discovered-device card when it is new."""
+        pending, new = self.pairing.request(mac, report)
+        if new:
+            _LOGGER.info("Device %s (%s) asks to join; its code is on its screen", mac, report.board)
+            discovery_flow.async_create_flow(
+                self.hass,
+                DOMAIN,
+                context={"source": SOURCE_INTEGRATION_DISCOVERY},
+                data={CONF_MAC: mac, "board": report.board or ""},
+            )
+        return pending
+
+    @callback
+    def async_pair(self, mac: str, title: str | None, client_id: str | None = None) -> XiaozhiDevice:
+        """Make ``mac`` a paired device: a new subentry with its own token."""
+        data = {CONF_MAC: mac, CONF_TOKEN: new_token()}
+        if client_id:
+            data[CONF_CLIENT_ID] = client_id
+        self.hass.config_entries.async_add_subentry(
+            self.entry,
+            ConfigSubentry(
+                data=MappingProxyType(data),
+                subentry_type=SUBENTRY_DEVICE,
+                title=title or default_title(mac),
+                unique_id=mac,
+            ),
+        )
+        self.async_sync_devices()
+        return self.devices[mac]
+
+    @callback
+    def _async_schedule_abort(self, mac: str) -> None:
+        """Close the device's discovered-device cards once the running flow step has returned.
+
+        The device was paired, or its code expired or made room for another; the step that is
+        running now may belong to one of those cards.
+        """
+        self.hass.loop.call_soon(self._async_abort_pairing_flows, mac)
+
+    @callback
+    def _async_abort_pairing_flows(self, mac: str) -> None:
+        """Discovered-device cards of a device that is paired now."""
+        for flow in self.hass.config_entries.flow.async_progress_by_handler(DOMAIN, match_context={"unique_id": mac}):
+            self.hass.config_entries.flow.async_abort(flow["flow_id"])
 
     @callback
     def async_authenticate(self, mac: str, token: str) -> XiaozhiDevice | None:
@@ -91,6 +168,11 @@ class XiaozhiHub:
     async def async_shutdown(self) -> None:
         """Close every open connection, also those still waiting for their hello."""
         await asyncio.gather(*(conn.async_close("integration unloaded") for conn in list(self.connections)))
+
+
+def default_title(mac: str) -> str:
+    """A paired device's name when the user gave none."""
+    return f"Xiaozhi {mac}"
 
 
 type XiaozhiConfigEntry = ConfigEntry[XiaozhiHub]

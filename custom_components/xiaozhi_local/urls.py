@@ -1,0 +1,25 @@
+"""The URLs devices are given: built from Home Assistant's internal URL."""
+
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers.network import NoURLAvailableError, get_url
+
+from .const import OTA_PATH, WS_PATH
+
+FALLBACK_BASE = "http://homeassistant.local:8123"
+
+
+def _base(hass: HomeAssistant) -> str:
+    try:
+        return get_url(hass, allow_external=False, allow_cloud=False, prefer_external=False)
+    except NoURLAvailableError:
+        return FALLBACK_BASE
+
+
+def websocket_url(hass: HomeAssistant) -> str:
+    """The device WebSocket endpoint (ws:// or wss://)."""
+    return "ws" + _base(hass).removeprefix("http") + WS_PATH
+
+
+def ota_url(hass: HomeAssistant) -> str:
+    """The "Custom OTA URL" to type into a device's Wi-Fi portal."""
+    return _base(hass) + OTA_PATH
