@@ -22,6 +22,8 @@ from homeassistant.config_entries import (
 
 DOMAIN = "xiaozhi_local"
 SIM_MAC = "cc:ba:97:04:92:94"
+# On one machine the simulators reach HA on loopback, whatever address HA finds for itself.
+DEV_OPTIONS = {"accept_without_code": False, "websocket_url": "ws://127.0.0.1:8123/api/xiaozhi_local/v1/"}
 
 
 def main(config_dir: Path) -> None:
@@ -45,7 +47,7 @@ def main(config_dir: Path) -> None:
             discovery_keys=MappingProxyType({}),
             domain=DOMAIN,
             minor_version=1,
-            options={},
+            options=DEV_OPTIONS,
             source=SOURCE_USER,
             subentries_data=[
                 ConfigSubentryData(

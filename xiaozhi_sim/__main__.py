@@ -5,7 +5,7 @@ import asyncio
 import logging
 import sys
 
-from .device import DeviceCrashed, HelloTimeout, SimulatedDevice, SimulatorOptions
+from .device import DeviceCrashed, SimulatedDevice, SimulatorOptions
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,23 +52,26 @@ async def run(args: argparse.Namespace) -> int:
         press_to_talk=args.press_to_talk,
         extra_tools=args.extra_tools,
     )
+    device = SimulatedDevice(options)  # one device: its NVS survives reconnects, as in flash
+    needs_boot = bool(args.ota)
     delay = 1.0
     while True:
-        device = SimulatedDevice(options)
         try:
-            if args.ota:
+            if needs_boot:
                 await device.boot(args.ota, on_code=_print_code)
             await device.connect()
         except DeviceCrashed as err:
             print(f"device crashed: {err}", file=sys.stderr)
             return 2
-        except (HelloTimeout, OSError, Exception) as err:  # noqa: BLE001 - report and maybe retry
+        except Exception as err:  # noqa: BLE001 - report, and maybe retry like a rebooted device
             print(f"connection failed: {type(err).__name__}: {err}", file=sys.stderr)
             if not args.reconnect:
                 return 1
+            needs_boot = bool(args.ota)  # power-cycle: the OTA check runs again
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
             continue
+        needs_boot = False
         delay = 1.0
         print(f"connected as {options.mac}, session {device.session_id}", flush=True)
         await device.wait_closed()

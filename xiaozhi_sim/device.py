@@ -149,13 +149,14 @@ class SimulatedDevice:
 
     async def connect(self) -> None:
         """Connect, send the hello and wait for a valid server hello, as the firmware does."""
+        self.server_hello = None
         await self.open()
         assert self._ws is not None
         await self._ws.send(dumps(self.hello()))
         try:
             async with asyncio.timeout(self.options.hello_timeout):
-                while self.server_hello is None:
-                    self._handle_hello_candidate(await self._ws.recv())
+                while not self._handle_hello_candidate(await self._ws.recv()):
+                    pass
         except TimeoutError:
             await self.drop()
             raise HelloTimeout("no valid server hello") from None
@@ -164,24 +165,26 @@ class SimulatedDevice:
             raise
         self._reader = asyncio.create_task(self._read_loop(), name=f"xiaozhi_sim {self.options.mac}")
 
-    def _handle_hello_candidate(self, frame: str | bytes) -> None:
+    def _handle_hello_candidate(self, frame: str | bytes) -> bool:
+        """Take a valid server hello (True); ignore anything else (False), as the firmware does."""
         if isinstance(frame, bytes):
-            return
+            return False
         try:
             msg = json.loads(frame)
         except ValueError:
-            return
+            return False
         if not isinstance(msg, dict) or msg.get("type") != "hello":
-            return
+            return False
         if "transport" not in msg or not isinstance(msg["transport"], str):
             # ParseServerHello logs transport->valuestring on a null pointer.
             raise DeviceCrashed(f"server hello without a string transport: {frame!r}")
         if msg["transport"] != "websocket":
             _LOGGER.warning("Unsupported transport: %s", msg["transport"])
-            return
+            return False
         if isinstance(msg.get("session_id"), str):
             self.session_id = msg["session_id"]
         self.server_hello = msg
+        return True
 
     async def _read_loop(self) -> None:
         assert self._ws is not None

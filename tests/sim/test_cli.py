@@ -50,3 +50,21 @@ async def test_cli_refused(
     _out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 1
     assert "401" in err.decode()
+
+
+async def test_cli_boots_through_ota(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> None:
+    """``--ota``: the paired device learns its URL and token from the OTA answer, then connects."""
+    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
+    await hass.async_block_till_done()
+    ota = str(client.make_url("/api/xiaozhi_local/ota/"))
+    proc = await run_cli("--ota", ota, "--mac", MAC)
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    assert line.decode().startswith(f"connected as {MAC}")
+    xdev = setup_integration.runtime_data.devices[MAC]
+    await wait_for(xdev, lambda d: d.connection is not None, timeout=30)
+    await xdev.connection.async_close("test over")
+    await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0
