@@ -123,7 +123,7 @@ class XiaozhiHub:
 
     @callback
     def _async_abort_pairing_flows(self, mac: str) -> None:
-        """Discovered-device cards of a device that is paired now."""
+        """Abort the discovered-device cards of ``mac`` (paired, expired or evicted)."""
         for flow in self.hass.config_entries.flow.async_progress_by_handler(DOMAIN, match_context={"unique_id": mac}):
             self.hass.config_entries.flow.async_abort(flow["flow_id"])
 
