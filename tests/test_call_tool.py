@@ -11,7 +11,7 @@ import pytest
 from custom_components.xiaozhi_local.const import DOMAIN
 from xiaozhi_sim import SimulatedDevice, Tool
 
-from .conftest import MAC, MAC2, DeviceFactory
+from .conftest import MAC, MAC2, DeviceFactory, wait_settled
 
 
 def hub_device(hass: HomeAssistant, mac: str = MAC) -> Any:
@@ -84,7 +84,7 @@ async def test_bad_arguments_are_not_sent(
     hass: HomeAssistant, make_device: DeviceFactory, arguments: dict[str, Any], text: str
 ) -> None:
     device = await make_device()
-    await hub_device(hass).async_wait_ready(5)
+    await wait_settled(hub_device(hass))
     before = len(device.mcp_requests)
     with pytest.raises(ServiceValidationError) as err:
         await call(hass, "self.audio_speaker.set_volume", arguments)
@@ -177,6 +177,7 @@ async def test_busy(hass: HomeAssistant, make_device: DeviceFactory, monkeypatch
     device = await make_device(connect=False)
     started = add_hanging_tool(device)
     await device.connect()
+    await wait_settled(hub_device(hass))
     mcp = (await hub_device(hass).async_wait_ready(5)).session.mcp
     monkeypatch.setattr(mcp, "_max_pending", 1)
     task = asyncio.create_task(call(hass, "self.test.hang", timeout=60))

@@ -47,7 +47,8 @@ def test_every_key_and_placeholder_in_every_language(language: str) -> None:
 
 def test_translation_keys_used_in_code_exist() -> None:
     code = "\n".join(p.read_text() for p in COMPONENT.glob("*.py"))
-    used = set(re.findall(r'translation_key="(\w+)"', code)) | set(re.findall(r'_error\("(\w+)"', code))
+    used = set(re.findall(r'translation_domain=DOMAIN,\s*translation_key="(\w+)"', code))
+    used |= set(re.findall(r'_error\("(\w+)"', code))
     assert used
     assert used <= set(STRINGS["exceptions"])
     assert set(STRINGS["exceptions"]) <= used  # no dead strings
@@ -78,3 +79,32 @@ def test_manifest_key_order() -> None:
         assert key in manifest
     assert manifest["integration_type"] == "hub"
     assert manifest["iot_class"] == "local_push"
+
+
+def test_entity_names_and_states_are_translated() -> None:
+    from custom_components.xiaozhi_local import binary_sensor, button, event, tool_map
+
+    rows = [
+        *(("number", d) for d in tool_map.NUMBERS),
+        *(("select", d) for d in tool_map.SELECTS),
+        *(("sensor", d) for d in tool_map.SENSORS),
+        *(("binary_sensor", d) for d in tool_map.BINARY_SENSORS),
+        *(("light", d) for d in tool_map.LIGHTS),
+        *(("button", d) for d in tool_map.BUTTONS),
+        ("binary_sensor", binary_sensor.CONNECTED),
+        ("button", button.IR_BUTTON),
+        ("button", button.TOOL_BUTTON),
+        ("event", event.NOTIFICATION),
+    ]
+    entity_strings = STRINGS["entity"]
+    for platform, description in rows:
+        if description.translation_key is None:
+            assert description.device_class is not None, description.key  # named by its device class
+            continue
+        names = entity_strings[platform][description.translation_key]
+        assert names["name"], description.key
+        options = getattr(description, "options", None)
+        if options:
+            assert set(names["state"]) == set(options), description.key
+    event_states = entity_strings["event"]["notification"]["state_attributes"]["event_type"]["state"]
+    assert set(event_states) == set(event.NOTIFICATION.event_types or [])

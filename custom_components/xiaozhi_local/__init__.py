@@ -1,5 +1,6 @@
 """Xiaozhi Local: Home Assistant as the server of xiaozhi voice devices."""
 
+from homeassistant.const import Platform
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import config_validation as cv
 from homeassistant.helpers.typing import ConfigType
@@ -11,6 +12,15 @@ from .ota import XiaozhiActivateView, XiaozhiOtaView
 from .services import async_setup_services
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
+PLATFORMS = [
+    Platform.BINARY_SENSOR,
+    Platform.BUTTON,
+    Platform.EVENT,
+    Platform.LIGHT,
+    Platform.NUMBER,
+    Platform.SELECT,
+    Platform.SENSOR,
+]
 
 
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
@@ -25,10 +35,12 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
 async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:
     """Start the hub: devices from the subentries; the endpoint accepts them from now on."""
     hub = XiaozhiHub(hass, entry)
+    await hub.async_load()
     hub.async_sync_devices()
     hub.async_start()
     entry.runtime_data = hub
     entry.async_on_unload(entry.add_update_listener(_async_entry_updated))
+    await hass.config_entries.async_forward_entry_setups(entry, PLATFORMS)
     return True
 
 
@@ -39,5 +51,6 @@ async def _async_entry_updated(hass: HomeAssistant, entry: XiaozhiConfigEntry) -
 
 async def async_unload_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:
     """Close every device connection; the endpoint refuses devices until the next setup."""
+    unloaded = await hass.config_entries.async_unload_platforms(entry, PLATFORMS)
     await entry.runtime_data.async_shutdown()
-    return True
+    return unloaded

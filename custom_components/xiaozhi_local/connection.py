@@ -89,7 +89,7 @@ class DeviceConnection:
     def _cleanup(self) -> None:
         self.session.close(f"device {self.device.mac} disconnected")
         if self._discovery is not None:
-            self._discovery.cancel()
+            self._discovery.cancel()  # also a settings/status round still running
         self.discovered.set()  # nobody waits forever on a gone connection
         if self.device.connection is self:
             _LOGGER.info("Device %s disconnected", self.device.mac)
@@ -148,21 +148,36 @@ class DeviceConnection:
                 info = mcp.server_info
             tools = await mcp.list_tools(with_user_tools=True, timeout=DISCOVERY_TIMEOUT)
         except McpConnectionError:
-            pass  # gone while we asked
+            self.discovered.set()  # gone while we asked
+            return
         except McpError as err:
             _LOGGER.warning("Device %s: could not list its tools: %s", self.device.mac, err)
-        else:
-            _LOGGER.debug("Device %s offers %d tools", self.device.mac, len(tools))
-            self.device.async_set_discovery(info, tools)
-        finally:
             self.discovered.set()
+            return
+        _LOGGER.debug("Device %s offers %d tools", self.device.mac, len(tools))
+        self.device.async_set_discovery(info, tools)
+        self.discovered.set()
+        await self.device.async_on_ready()
+
+    async def _async_relist(self) -> None:
+        """The device says its tools changed."""
+        try:
+            tools = await self.session.mcp.list_tools(with_user_tools=True, timeout=DISCOVERY_TIMEOUT)
+        except McpError as err:
+            self.log.report("relist_failed", f"could not list its tools again: {err}")
+            return
+        self.device.async_set_discovery(self.session.mcp.server_info, tools)
+        await self.device.async_refresh()
 
     def on_notification(self, method: str, params: Any) -> None:
-        """A device notification becomes an HA event."""
+        """A device notification becomes an HA event (and the device's event entity fires)."""
         self.hass.bus.async_fire(
             EVENT_NOTIFICATION,
             {"device_id": self.device.device_id, "mac": self.device.mac, "method": method, "params": params},
         )
+        self.device.async_notification(method, params)
+        if method == "notifications/tools/list_changed" and self.discovered.is_set():
+            self.hass.async_create_background_task(self._async_relist(), f"xiaozhi_local relist {self.device.mac}")
 
     def on_control(self, message: ControlMessage) -> None:
         """``listen``/``abort``/…: the voice satellite takes these over later."""

@@ -41,4 +41,7 @@ PING_INTERVAL: Final = timedelta(seconds=30)
 MISSED_PINGS: Final = 2
 """Sweeps without any frame from a device before its connection counts as dead (no TCP close)."""
 
+REFRESH_EVERY_SWEEPS: Final = 2
+"""Connected devices are asked for their status every this many liveness sweeps (60 s)."""
+
 MANUFACTURER: Final = "Xiaozhi"

@@ -1,4 +1,10 @@
-"""A paired device at runtime: its live connection, its tools, and calls to them."""
+"""A paired device at runtime: its live connection, its tools, what it last reported, and calls.
+
+What the device said (its tools, the results of its query tools) and settings the user made
+while it was away are kept in ``cache``, which the hub persists, so entities show the
+last-known state across disconnects and HA restarts and settings reach the device when it
+next connects.
+"""
 
 import asyncio
 from collections.abc import Callable
@@ -7,13 +13,24 @@ from typing import TYPE_CHECKING, Any
 
 from homeassistant.config_entries import ConfigSubentry
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
+from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers.typing import UNDEFINED
 from homeassistant.util import dt as dt_util
 
-from .const import CONF_MAC, CONF_TOKEN, DOMAIN, MANUFACTURER
-from .protocol.mcp import McpConnectionError, McpTimeoutError, McpTool, ServerInfo, ToolResult
+from .const import CONF_MAC, CONF_TOKEN, DEFAULT_CALL_TIMEOUT, DOMAIN, MANUFACTURER
+from .protocol.mcp import (
+    McpConnectionError,
+    McpError,
+    McpRemoteError,
+    McpTimeoutError,
+    McpTool,
+    ServerInfo,
+    ToolResult,
+    parse_tool,
+)
 from .protocol.session import OnceLogger
+from .tool_map import QUERY_TOOLS
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -23,15 +40,28 @@ if TYPE_CHECKING:
 
 _LOGGER = logging.getLogger(__name__)
 
+type NotificationListener = Callable[[str, Any], None]
+
 
 class DeviceOfflineError(McpConnectionError):
     """The device has no open connection now."""
 
 
+def _error(key: str, **placeholders: str) -> HomeAssistantError:
+    return HomeAssistantError(translation_domain=DOMAIN, translation_key=key, translation_placeholders=placeholders)
+
+
 class XiaozhiDevice:
     """One paired device (a config subentry of the hub)."""
 
-    def __init__(self, hass: HomeAssistant, entry_id: str, subentry: ConfigSubentry) -> None:
+    def __init__(
+        self,
+        hass: HomeAssistant,
+        entry_id: str,
+        subentry: ConfigSubentry,
+        cache: dict[str, Any] | None = None,
+        persist: Callable[[], None] | None = None,
+    ) -> None:
         self.hass = hass
         self.entry_id = entry_id
         self.subentry_id = subentry.subentry_id
@@ -39,11 +69,25 @@ class XiaozhiDevice:
         self.token: str = subentry.data[CONF_TOKEN]
         self.name = subentry.title
         self.connection: DeviceConnection | None = None
-        self.tools: dict[str, McpTool] = {}
         self.server_info = ServerInfo()
         self.last_seen: datetime | None = None
         self.log = OnceLogger(self.mac, _LOGGER)  # each kind of problem is logged once per device
+        self._persist = persist or (lambda: None)
         self._listeners: list[Callable[[], None]] = []
+        self._notification_listeners: list[NotificationListener] = []
+        self._refresh_lock = asyncio.Lock()
+        cache = cache or {}
+        self.tools: dict[str, McpTool] = {}
+        for raw in cache.get("tools", []):
+            try:
+                tool = parse_tool(raw)
+            except ValueError:
+                continue
+            self.tools[tool.name] = tool
+        self.queries: dict[str, Any] = dict(cache.get("queries", {}))
+        """Last result of each query tool (parsed JSON), by tool name."""
+        self.pending: dict[str, dict[str, Any]] = dict(cache.get("pending", {}))
+        """Settings made while the device was away: key → {tool, arguments, value}."""
         registry_entry = dr.async_get(hass).async_get_or_create(
             config_entry_id=entry_id,
             config_subentry_id=subentry.subentry_id,
@@ -53,6 +97,14 @@ class XiaozhiDevice:
             name=subentry.title,
         )
         self.device_id = registry_entry.id
+
+    def as_cache(self) -> dict[str, Any]:
+        """What to keep across restarts."""
+        return {
+            "tools": [tool.as_dict() for tool in self.tools.values()],
+            "queries": self.queries,
+            "pending": self.pending,
+        }
 
     @property
     def connected(self) -> bool:
@@ -69,16 +121,32 @@ class XiaozhiDevice:
             if self.connection is not None:  # a replaced token ends the session it opened
                 self.hass.async_create_task(self.connection.async_close("token changed"))
 
+    # -- listeners ----------------------------------------------------------------------------
+
     @callback
     def async_add_listener(self, listener: Callable[[], None]) -> CALLBACK_TYPE:
-        """Be told when the connection, tools or device info change."""
+        """Be told when the connection, tools, reported values or device info change."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
+
+    @callback
+    def async_add_notification_listener(self, listener: NotificationListener) -> CALLBACK_TYPE:
+        """Be told of each notification the device sends (method, params)."""
+        self._notification_listeners.append(listener)
+        return lambda: self._notification_listeners.remove(listener)
 
     @callback
     def _async_notify(self) -> None:
         for listener in list(self._listeners):
             listener()
+
+    @callback
+    def async_notification(self, method: str, params: Any) -> None:
+        """A notification arrived from the device."""
+        for listener in list(self._notification_listeners):
+            listener(method, params)
+
+    # -- connection ---------------------------------------------------------------------------
 
     @callback
     def async_attach(self, connection: DeviceConnection) -> None:
@@ -107,6 +175,7 @@ class XiaozhiDevice:
             dr.async_get(self.hass).async_update_device(
                 self.device_id, model=info.name or None, sw_version=info.version or None
             )
+        self._persist()
         self._async_notify()
 
     @callback
@@ -138,3 +207,74 @@ class XiaozhiDevice:
         if connection is None:
             raise DeviceOfflineError(f"device {self.mac} is not connected")
         return await connection.session.mcp.call_tool(name, arguments, timeout)
+
+    # -- what entities use --------------------------------------------------------------------
+
+    async def async_on_ready(self) -> None:
+        """The connection's tools are known: apply waiting settings, then read the device."""
+        for key, setting in list(self.pending.items()):
+            if setting["tool"] not in self.tools:
+                continue
+            try:
+                await self._async_run_setter(setting["tool"], setting["arguments"])
+            except (McpError, HomeAssistantError) as err:
+                _LOGGER.warning("Device %s refused the setting %s made while it was away: %s", self.mac, key, err)
+            if self.pending.get(key) is setting:  # not replaced meanwhile (latest value wins)
+                del self.pending[key]
+        self._persist()
+        await self.async_refresh()
+
+    async def async_refresh(self) -> None:
+        """Call the query tools the device has (``get_device_status`` …); keep what they return."""
+        async with self._refresh_lock:  # one at a time: a later refresh sees later values
+            for tool in QUERY_TOOLS:
+                if tool not in self.tools or self.connection is None:
+                    continue
+                try:
+                    result = await self.async_call_tool(tool, {}, DEFAULT_CALL_TIMEOUT)
+                except McpError as err:
+                    self.log.report("query_failed", f"{tool} failed: {err}")
+                    continue
+                value = result.json
+                if value is None:
+                    self.log.report("query_not_json", f"{tool} did not answer with JSON")
+                    continue
+                self.queries[tool] = value
+        self._persist()
+        self._async_notify()
+
+    async def async_set(self, key: str, tool: str, arguments: dict[str, Any], value: Any) -> None:
+        """A setting from an entity. Offline: kept and applied at the next connect."""
+        if self.connection is None:
+            self.pending[key] = {"tool": tool, "arguments": arguments, "value": value}
+            self._persist()
+            self._async_notify()
+            return
+        self.pending.pop(key, None)
+        try:
+            await self._async_run_setter(tool, arguments)
+        finally:  # success or not, show what the device really has now
+            await self.async_refresh()
+
+    async def _async_run_setter(self, tool: str, arguments: dict[str, Any]) -> None:
+        try:
+            result = await self.async_call_tool(tool, arguments, DEFAULT_CALL_TIMEOUT)
+        except DeviceOfflineError:
+            raise _error("device_offline", device=self.name) from None
+        except McpRemoteError as err:
+            raise _error("device_error", device=self.name, tool=tool, message=err.message) from None
+        except McpError as err:
+            raise _error("device_error", device=self.name, tool=tool, message=str(err)) from None
+        if result.text.strip() == "false":
+            raise _error("setting_refused", device=self.name, tool=tool)
+
+    async def async_press(self, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+        """A button: the device must be connected."""
+        if self.connection is None:
+            raise _error("device_offline", device=self.name)
+        try:
+            return await self.async_call_tool(tool, arguments or {}, DEFAULT_CALL_TIMEOUT)
+        except McpRemoteError as err:
+            raise _error("device_error", device=self.name, tool=tool, message=err.message) from None
+        except McpError as err:
+            raise _error("device_error", device=self.name, tool=tool, message=str(err)) from None

@@ -1,15 +1,18 @@
 """The hub: one per HA instance (the config entry). Owns the paired devices and finds them fast."""
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime
 import hmac
 import logging
 from types import MappingProxyType
+from typing import Any
 
 from homeassistant.config_entries import SOURCE_INTEGRATION_DISCOVERY, ConfigEntry, ConfigSubentry
-from homeassistant.core import HomeAssistant, callback
+from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers import discovery_flow
 from homeassistant.helpers.event import async_track_time_interval
+from homeassistant.helpers.storage import Store
 
 from .connection import DeviceConnection
 from .const import (
@@ -21,6 +24,7 @@ from .const import (
     DOMAIN,
     MISSED_PINGS,
     PING_INTERVAL,
+    REFRESH_EVERY_SWEEPS,
     SUBENTRY_DEVICE,
 )
 from .device import XiaozhiDevice
@@ -29,6 +33,8 @@ from .urls import websocket_url
 
 _LOGGER = logging.getLogger(__name__)
 
+STORAGE_VERSION = 1
+SAVE_DELAY = 10.0
 _DUMMY_TOKEN = "x" * 43  # compared against when the device is unknown, so timing tells nothing
 
 
@@ -44,6 +50,28 @@ class XiaozhiHub:
         self.pairing = PairingManager(on_drop=self._async_schedule_abort)
         self._no_connections = asyncio.Event()
         self._no_connections.set()
+        self._store: Store[dict[str, Any]] = Store(hass, STORAGE_VERSION, f"{DOMAIN}.{entry.entry_id}")
+        self._cache: dict[str, Any] = {}
+        self._device_listeners: list[Callable[[XiaozhiDevice], None]] = []
+        self._sweeps = 0
+
+    async def async_load(self) -> None:
+        """What devices reported before the restart (tools, values, waiting settings)."""
+        self._cache = await self._store.async_load() or {}
+
+    @callback
+    def _async_schedule_save(self) -> None:
+        self._store.async_delay_save(self._data_to_save, SAVE_DELAY)
+
+    @callback
+    def _data_to_save(self) -> dict[str, Any]:
+        return {mac: device.as_cache() for mac, device in self.devices.items()}
+
+    @callback
+    def async_add_device_listener(self, listener: Callable[[XiaozhiDevice], None]) -> CALLBACK_TYPE:
+        """Be told of each device added from now on (platforms add its entities)."""
+        self._device_listeners.append(listener)
+        return lambda: self._device_listeners.remove(listener)
 
     @callback
     def async_sync_devices(self) -> None:
@@ -57,13 +85,18 @@ class XiaozhiHub:
             _LOGGER.info("Device %s was removed", mac)
             if device.connection is not None:
                 self.hass.async_create_task(device.connection.async_close("device removed"))
+            self._async_schedule_save()
         for mac, subentry in wanted.items():
             if (existing := self.devices.get(mac)) is not None:
                 existing.async_update_from(subentry)
                 continue
-            device = XiaozhiDevice(self.hass, self.entry.entry_id, subentry)
+            device = XiaozhiDevice(
+                self.hass, self.entry.entry_id, subentry, self._cache.get(mac), self._async_schedule_save
+            )
             self.devices[mac] = device
             self._by_device_id[device.device_id] = device
+            for listener in list(self._device_listeners):
+                listener(device)
             if (pending := self.pairing.get(mac)) is not None:  # paired just now, however it was done
                 _LOGGER.info("Device %s paired as %s", mac, device.name)
                 device.async_apply_report(pending.report)
@@ -147,8 +180,14 @@ class XiaozhiHub:
 
     @callback
     def _async_sweep(self, _now: datetime) -> None:
+        self._sweeps += 1
+        refresh = self._sweeps % REFRESH_EVERY_SWEEPS == 0
         for connection in list(self.connections):
             connection.async_check_alive(MISSED_PINGS)
+            if refresh and connection.device.connection is connection and connection.discovered.is_set():
+                self.entry.async_create_background_task(
+                    self.hass, connection.device.async_refresh(), f"xiaozhi_local refresh {connection.device.mac}"
+                )
 
     async def async_run_connection(self, connection: DeviceConnection) -> None:
         """Run a connection to its end, keeping count of the open ones."""
@@ -166,8 +205,9 @@ class XiaozhiHub:
         await self._no_connections.wait()
 
     async def async_shutdown(self) -> None:
-        """Close every open connection, also those still waiting for their hello."""
+        """Close every open connection, also those still waiting for their hello; save."""
         await asyncio.gather(*(conn.async_close("integration unloaded") for conn in list(self.connections)))
+        await self._store.async_save(self._data_to_save())
 
 
 def default_title(mac: str) -> str:

@@ -1,0 +1,123 @@
+"""Buttons: restart, Wi-Fi reconfiguration, one per saved IR code, and plain argument-less tools."""
+
+from collections.abc import Callable, Iterable
+
+from homeassistant.components.button import ButtonEntity, ButtonEntityDescription
+from homeassistant.const import EntityCategory
+from homeassistant.core import HomeAssistant, callback
+from homeassistant.helpers import entity_registry as er
+from homeassistant.helpers.entity import Entity
+from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
+
+from .device import XiaozhiDevice
+from .entity import XiaozhiEntity, async_setup_device_entities, rows_for
+from .hub import XiaozhiConfigEntry
+from .tool_map import BUTTONS, IR_LIST, IR_SEND, XiaozhiButtonDescription, ir_code_names, plain_buttons
+
+PARALLEL_UPDATES = 1
+
+IR_BUTTON = ButtonEntityDescription(key="ir", translation_key="ir_code")
+TOOL_BUTTON = ButtonEntityDescription(
+    key="tool", translation_key="tool", entity_category=EntityCategory.CONFIG, entity_registry_enabled_default=False
+)
+
+
+async def async_setup_entry(
+    hass: HomeAssistant, entry: XiaozhiConfigEntry, async_add_entities: AddConfigEntryEntitiesCallback
+) -> None:
+    """Buttons of every device; IR buttons follow the device's list of codes."""
+    rows = rows_for(BUTTONS, XiaozhiButton)
+
+    def candidates(device: XiaozhiDevice) -> Iterable[tuple[str, Callable[[], Entity]]]:
+        found: list[tuple[str, Callable[[], Entity]]] = list(rows(device))
+        found += [
+            (f"tool-{name}", lambda n=name: XiaozhiToolButton(device, n))  # type: ignore[misc]
+            for name in plain_buttons(device.tools)
+        ]
+        if IR_LIST in device.tools and IR_SEND in device.tools:
+            found += [
+                (f"ir-{name}", lambda n=name: XiaozhiIrButton(device, n))  # type: ignore[misc]
+                for name in ir_code_names(device.queries.get(IR_LIST))
+            ]
+        return found
+
+    async_setup_device_entities(hass, entry, async_add_entities, candidates)
+
+    registry = er.async_get(hass)
+
+    @callback
+    def remove_deleted_codes(device: XiaozhiDevice) -> Callable[[], None]:
+        @callback
+        def update() -> None:
+            if IR_LIST not in device.queries:
+                return  # never listed: nothing to compare with
+            keep = {f"{device.mac}-ir-{name}" for name in ir_code_names(device.queries[IR_LIST])}
+            for entity in er.async_entries_for_config_entry(registry, entry.entry_id):
+                if (
+                    entity.domain == "button"
+                    and entity.unique_id.startswith(f"{device.mac}-ir-")
+                    and entity.unique_id not in keep
+                ):
+                    registry.async_remove(entity.entity_id)
+
+        return update
+
+    hub = entry.runtime_data
+
+    @callback
+    def follow(device: XiaozhiDevice) -> None:
+        entry.async_on_unload(device.async_add_listener(remove_deleted_codes(device)))
+
+    for device in list(hub.devices.values()):
+        follow(device)
+    entry.async_on_unload(hub.async_add_device_listener(follow))
+
+
+class XiaozhiButton(XiaozhiEntity, ButtonEntity):
+    """A row of the table: calls its tool without arguments."""
+
+    entity_description: XiaozhiButtonDescription
+
+    async def async_press(self) -> None:
+        """Call the tool (the device must be connected)."""
+        await self.device.async_press(self.entity_description.tools[0])
+
+
+class XiaozhiIrButton(XiaozhiEntity, ButtonEntity):
+    """Send one saved IR code."""
+
+    def __init__(self, device: XiaozhiDevice, code: str) -> None:
+        super().__init__(device, IR_BUTTON, f"ir-{code}")
+        self.code = code
+        self._attr_translation_placeholders = {"code": code}
+
+    @property
+    def available(self) -> bool:
+        """While the device offers IR and still lists the code."""
+        return (
+            IR_SEND in self.device.tools
+            and IR_LIST in self.device.tools
+            and self.code in ir_code_names(self.device.queries.get(IR_LIST))
+        )
+
+    async def async_press(self) -> None:
+        """Send it."""
+        await self.device.async_press(IR_SEND, {"name": self.code})
+
+
+class XiaozhiToolButton(XiaozhiEntity, ButtonEntity):
+    """Any other tool without arguments (disabled by default)."""
+
+    def __init__(self, device: XiaozhiDevice, tool: str) -> None:
+        super().__init__(device, TOOL_BUTTON, f"tool-{tool}")
+        self.tool = tool
+        self._attr_translation_placeholders = {"tool": tool}
+
+    @property
+    def available(self) -> bool:
+        """While the device offers the tool."""
+        return self.tool in self.device.tools
+
+    async def async_press(self) -> None:
+        """Call it."""
+        await self.device.async_press(self.tool)

@@ -1,0 +1,113 @@
+"""The base of every Xiaozhi Local entity, and how platforms add entities as devices change."""
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from homeassistant.core import HomeAssistant, callback
+from homeassistant.helpers.device_registry import DeviceInfo
+from homeassistant.helpers.entity import Entity, EntityDescription
+from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
+
+from .const import DOMAIN
+from .device import XiaozhiDevice
+from .hub import XiaozhiConfigEntry
+from .tool_map import XiaozhiEntityDescription, XiaozhiValueDescription, value_at
+
+type Candidates = Callable[[XiaozhiDevice], Iterable[tuple[str, Callable[[], Entity]]]]
+"""For a device: (key, factory) of every entity that applies to it now."""
+
+
+class XiaozhiEntity(Entity):
+    """An entity of one device, updated whenever the device changes (no polling)."""
+
+    _attr_has_entity_name = True
+    _attr_should_poll = False
+
+    def __init__(self, device: XiaozhiDevice, description: EntityDescription, key: str | None = None) -> None:
+        self.device = device
+        self.entity_description = description
+        self._attr_unique_id = f"{device.mac}-{key or description.key}"
+        self._attr_device_info = DeviceInfo(identifiers={(DOMAIN, device.mac)})
+
+    async def async_added_to_hass(self) -> None:
+        """Follow the device."""
+        self.async_on_remove(self.device.async_add_listener(self.async_write_ha_state))
+
+    @property
+    def available(self) -> bool:
+        """Unavailable once the device no longer offers the entity's tools (kept, not deleted)."""
+        description = self.entity_description
+        if isinstance(description, XiaozhiEntityDescription):
+            return all(tool in self.device.tools for tool in description.tools)
+        return True
+
+
+class XiaozhiValueEntity(XiaozhiEntity):
+    """An entity showing a value from a query tool's result."""
+
+    entity_description: XiaozhiValueDescription
+
+    @property
+    def reported_value(self) -> Any:
+        """The value as the device last reported it, converted; None when missing or malformed."""
+        description = self.entity_description
+        return description.convert(value_at(self.device.queries, description.source, description.path))
+
+    @property
+    def shown_value(self) -> Any:
+        """A setting made while the device was away, else what the device reported."""
+        pending = self.device.pending.get(self.entity_description.key)
+        return pending["value"] if pending is not None else self.reported_value
+
+
+def applies(device: XiaozhiDevice, description: XiaozhiEntityDescription) -> bool:
+    """Whether a row's entity belongs on this device now."""
+    if not all(tool in device.tools for tool in description.tools):
+        return False
+    if isinstance(description, XiaozhiValueDescription) and description.only_when_reported:
+        return description.convert(value_at(device.queries, description.source, description.path)) is not None
+    return True
+
+
+def rows_for(
+    descriptions: Iterable[XiaozhiEntityDescription], factory: Callable[[XiaozhiDevice, Any], Entity]
+) -> Candidates:
+    """Candidates from a table of rows."""
+
+    def candidates(device: XiaozhiDevice) -> Iterable[tuple[str, Callable[[], Entity]]]:
+        return [
+            (description.key, lambda d=description: factory(device, d))  # type: ignore[misc]
+            for description in descriptions
+            if applies(device, description)
+        ]
+
+    return candidates
+
+
+@callback
+def async_setup_device_entities(
+    hass: HomeAssistant,
+    entry: XiaozhiConfigEntry,
+    async_add_entities: AddConfigEntryEntitiesCallback,
+    candidates: Candidates,
+) -> None:
+    """Add each device's entities now, and later when new ones apply (new tools, first values)."""
+    hub = entry.runtime_data
+
+    @callback
+    def add_device(device: XiaozhiDevice) -> None:
+        added: set[str] = set()
+
+        @callback
+        def update() -> None:
+            new = [(key, factory) for key, factory in candidates(device) if key not in added]
+            if new:
+                added.update(key for key, _ in new)
+                async_add_entities([factory() for _, factory in new], config_subentry_id=device.subentry_id)
+
+        update()
+        entry.async_on_unload(device.async_add_listener(update))
+
+    for device in list(hub.devices.values()):
+        add_device(device)
+    entry.async_on_unload(hub.async_add_device_listener(add_device))
