@@ -113,8 +113,6 @@ async def wait_for(device: XiaozhiDevice, predicate: Callable[[XiaozhiDevice], b
 async def wait_settled(device: XiaozhiDevice) -> None:
     """Until the connect-time round is over (settings applied, status read): no calls in flight."""
     connection = await device.async_wait_ready(5)
-    if "self.get_device_status" in device.tools:
-        await wait_for(device, lambda d: "self.get_device_status" in d.queries)
-    async with device._refresh_lock:  # a refresh still running ends first
-        pass
+    async with asyncio.timeout(5):
+        await connection.settled.wait()
     assert connection.session.mcp.pending_count == 0

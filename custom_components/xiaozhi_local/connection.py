@@ -41,7 +41,8 @@ class DeviceConnection:
         self.client = client
         self.log = device.log
         self.session = DeviceSession(device.mac, ws.send_str, self, log=self.log)
-        self.discovered = asyncio.Event()
+        self.discovered = asyncio.Event()  # tools known: calls can go out
+        self.settled = asyncio.Event()  # the connect-time round is over: settings applied, status read
         self.audio_frames = 0
         self.heard = True  # anything received since the last liveness sweep
         self.missed_pings = 0
@@ -91,6 +92,7 @@ class DeviceConnection:
         if self._discovery is not None:
             self._discovery.cancel()  # also a settings/status round still running
         self.discovered.set()  # nobody waits forever on a gone connection
+        self.settled.set()
         if self.device.connection is self:
             _LOGGER.info("Device %s disconnected", self.device.mac)
         self.device.async_detach(self)
@@ -137,8 +139,16 @@ class DeviceConnection:
         else:
             self.device.async_set_discovery(self.device.server_info, [])
             self.discovered.set()
+            self.settled.set()
 
     async def _async_discover(self) -> None:
+        try:
+            await self._async_discover_and_settle()
+        finally:
+            self.discovered.set()
+            self.settled.set()
+
+    async def _async_discover_and_settle(self) -> None:
         mcp = self.session.mcp
         try:
             try:
@@ -148,11 +158,9 @@ class DeviceConnection:
                 info = mcp.server_info
             tools = await mcp.list_tools(with_user_tools=True, timeout=DISCOVERY_TIMEOUT)
         except McpConnectionError:
-            self.discovered.set()  # gone while we asked
-            return
+            return  # gone while we asked
         except McpError as err:
             _LOGGER.warning("Device %s: could not list its tools: %s", self.device.mac, err)
-            self.discovered.set()
             return
         _LOGGER.debug("Device %s offers %d tools", self.device.mac, len(tools))
         self.device.async_set_discovery(info, tools)

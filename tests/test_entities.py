@@ -1,0 +1,433 @@
+"""Entities from device tools: snapshots of whole devices, and how they behave."""
+
+import asyncio
+from typing import Any
+
+from homeassistant.const import STATE_UNAVAILABLE, STATE_UNKNOWN
+from homeassistant.core import HomeAssistant
+from homeassistant.exceptions import HomeAssistantError
+from homeassistant.helpers import entity_registry as er
+from homeassistant.util import dt as dt_util
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
+from syrupy.assertion import SnapshotAssertion
+
+from custom_components.xiaozhi_local.const import DOMAIN, EVENT_NOTIFICATION, PING_INTERVAL
+from xiaozhi_sim import SimulatedDevice, ToolError
+
+from .conftest import MAC, DeviceFactory, wait_for, wait_settled
+from .helpers import EventWaiter
+
+
+def hub_device(hass: HomeAssistant, mac: str = MAC) -> Any:
+    return hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[mac]
+
+
+def device_entities(hass: HomeAssistant, mac: str = MAC) -> list[er.RegistryEntry]:
+    registry = er.async_get(hass)
+    return sorted(
+        (e for e in registry.entities.values() if e.unique_id.startswith(f"{mac}-")), key=lambda e: e.entity_id
+    )
+
+
+def entity_id(hass: HomeAssistant, unique_suffix: str, mac: str = MAC) -> str:
+    found = er.async_get(hass).async_get_entity_id(
+        unique_suffix.split(":", maxsplit=1)[0], DOMAIN, f"{mac}-{unique_suffix.split(':')[1]}"
+    )
+    assert found is not None, unique_suffix
+    return found
+
+
+def state_of(hass: HomeAssistant, unique_suffix: str) -> str:
+    state = hass.states.get(entity_id(hass, unique_suffix))
+    assert state is not None
+    return state.state
+
+
+def summary(hass: HomeAssistant, mac: str = MAC) -> list[dict[str, Any]]:
+    """The whole entity set of a device: registry facts and state."""
+    out = []
+    for entry in device_entities(hass, mac):
+        state = hass.states.get(entry.entity_id)
+        out.append(
+            {
+                "entity_id": entry.entity_id,
+                "unique_id": entry.unique_id,
+                "translation_key": entry.translation_key,
+                "original_device_class": entry.original_device_class,
+                "entity_category": entry.entity_category,
+                "disabled_by": entry.disabled_by,
+                "unit": entry.unit_of_measurement,
+                "state": state.state if state else None,
+                "attributes": dict(state.attributes) if state else None,
+            }
+        )
+    return out
+
+
+async def connected(hass: HomeAssistant, make_device: DeviceFactory, **kwargs: Any) -> SimulatedDevice:
+    device = await make_device(**kwargs)
+    await wait_settled(hub_device(hass))
+    await hass.async_block_till_done()
+    return device
+
+
+# -- snapshots ------------------------------------------------------------------------------
+
+
+async def test_stock_device_with_display_and_battery(
+    hass: HomeAssistant, make_device: DeviceFactory, snapshot: SnapshotAssertion
+) -> None:
+    await connected(hass, make_device)
+    assert summary(hass) == snapshot
+
+
+async def test_camera_board(hass: HomeAssistant, make_device: DeviceFactory, snapshot: SnapshotAssertion) -> None:
+    await connected(hass, make_device, camera=True, board="esp32-s3-eye")
+    assert summary(hass) == snapshot
+
+
+async def test_ir_client(hass: HomeAssistant, make_device: DeviceFactory, snapshot: SnapshotAssertion) -> None:
+    await connected(hass, make_device, ir=True, lamp=True, press_to_talk=True)
+    assert summary(hass) == snapshot
+
+
+async def test_minimal_client(hass: HomeAssistant, client: Any, snapshot: SnapshotAssertion) -> None:
+    from custom_components.xiaozhi_local.const import WS_PATH
+
+    headers = {"Authorization": "Bearer device-token-" + "a" * 40, "Device-Id": MAC}
+    async with client.ws_connect(WS_PATH, headers=headers) as ws:
+        await ws.send_str('{"type":"hello"}')
+        await ws.receive()
+        await hub_device(hass).async_wait_ready(5)
+        await hass.async_block_till_done()
+        assert summary(hass) == snapshot
+
+
+# -- settings -------------------------------------------------------------------------------
+
+
+async def test_set_volume_online(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+    device = await connected(hass, make_device)
+    assert state_of(hass, "number:volume") == "70.0"
+    await hass.services.async_call(
+        "number", "set_value", {"entity_id": entity_id(hass, "number:volume"), "value": 35}, blocking=True
+    )
+    assert ("self.audio_speaker.set_volume", {"volume": 35}) in device.mcp.calls
+    assert device.state.volume == 35
+    assert state_of(hass, "number:volume") == "35.0"
+
+
+async def test_settings_made_offline_are_applied_on_connect(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+    device = await connected(hass, make_device)
+    await device.drop()
+    await wait_for(hub_device(hass), lambda d: d.connection is None)
+    assert state_of(hass, "binary_sensor:connected") == "off"
+    for value in (20, 25):  # the latest value wins
+        await hass.services.async_call(
+            "number", "set_value", {"entity_id": entity_id(hass, "number:volume"), "value": value}, blocking=True
+        )
+    await hass.services.async_call(
+        "select", "select_option", {"entity_id": entity_id(hass, "select:theme"), "option": "dark"}, blocking=True
+    )
+    assert state_of(hass, "number:volume") == "25.0"  # the requested value is shown
+    assert state_of(hass, "select:theme") == "dark"
+    assert device.mcp.calls == [c for c in device.mcp.calls if c[0] != "self.audio_speaker.set_volume"]
+    # Reconnect (a new conversation): the settings reach the device.
+    again = await connected(hass, make_device)
+    assert [c for c in again.mcp.calls if c[0].startswith("self.audio") or c[0].startswith("self.screen")] == [
+        ("self.audio_speaker.set_volume", {"volume": 25}),
+        ("self.screen.set_theme", {"theme": "dark"}),
+    ]
+    assert hub_device(hass).pending == {}
+    assert state_of(hass, "number:volume") == "25.0"
+    assert state_of(hass, "binary_sensor:connected") == "on"
+
+
+async def test_device_refuses_a_setting(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+    device = await make_device(connect=False)
+    theme_tool = device.mcp.find("self.screen.set_theme")
+    assert theme_tool is not None
+
+    async def refuse(_args: dict[str, Any]) -> bool:
+        return False  # the firmware's answer to a theme it does not know
+
+    theme_tool.callback = refuse
+    await device.connect()
+    await wait_settled(hub_device(hass))
+    with pytest.raises(HomeAssistantError) as err:
+        await hass.services.async_call(
+            "select", "select_option", {"entity_id": entity_id(hass, "select:theme"), "option": "dark"}, blocking=True
+        )
+    assert err.value.translation_key == "setting_refused"
+    assert state_of(hass, "select:theme") == "light"  # back to the device's real value
+    volume_tool = device.mcp.find("self.audio_speaker.set_volume")
+    assert volume_tool is not None
+
+    async def broken(_args: dict[str, Any]) -> bool:
+        raise ToolError("Speaker is busy")
+
+    volume_tool.callback = broken
+    with pytest.raises(HomeAssistantError, match="Speaker is busy") as err:
+        await hass.services.async_call(
+            "number", "set_value", {"entity_id": entity_id(hass, "number:volume"), "value": 10}, blocking=True
+        )
+    assert err.value.translation_key == "device_error"
+    assert state_of(hass, "number:volume") == "70.0"
+
+
+async def test_malformed_status_means_unknown(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+    device = await make_device(connect=False)
+    weird = {
+        "audio_speaker": {"volume": "loud"},
+        "screen": "off",
+        "battery": {"level": 50, "charging": "yes"},
+        "network": {"type": "carrier-pigeon", "signal": "very weak", "ssid": 5},
+        "chip": {"temperature": True},
+    }
+    device.state.status = lambda: weird  # type: ignore[method-assign]
+    await device.connect()
+    await wait_settled(hub_device(hass))
+    await hass.async_block_till_done()
+    assert state_of(hass, "number:volume") == STATE_UNKNOWN
+    assert state_of(hass, "select:theme") == STATE_UNKNOWN
+    assert state_of(hass, "sensor:battery") == "50"
+    assert state_of(hass, "sensor:network_type") == STATE_UNKNOWN
+    assert state_of(hass, "sensor:signal") == "very_weak"
+    assert er.async_get(hass).async_get_entity_id("binary_sensor", DOMAIN, f"{MAC}-charging") is None
+    assert er.async_get(hass).async_get_entity_id("sensor", DOMAIN, f"{MAC}-chip_temperature") is None
+    # A later status that is not JSON at all changes nothing and breaks nothing.
+    device.state.status = lambda: "not json"  # type: ignore[method-assign,assignment,return-value]
+    await hub_device(hass).async_refresh()
+    assert state_of(hass, "sensor:battery") == "50"
+
+
+async def test_status_is_read_on_an_interval_while_connected(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+    device = await connected(hass, make_device)
+    device.state.battery_level = 42  # changed on the device (not through HA)
+    xdev = hub_device(hass)
+    for _ in range(2):
+        async_fire_time_changed(hass, dt_util.utcnow() + PING_INTERVAL, fire_all=True)
+    await wait_for(xdev, lambda d: d.queries["self.get_device_status"]["battery"]["level"] == 42)
+    await hass.async_block_till_done()
+    assert state_of(hass, "sensor:battery") == "42"
+
+
+# -- light, buttons, IR -----------------------------------------------------------------------
+
+
+async def test_lamp(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+    device = await connected(hass, make_device, lamp=True)
+    light = entity_id(hass, "light:lamp")
+    assert hass.states.get(light).state == "off"  # type: ignore[union-attr]
+    await hass.services.async_call("light", "turn_on", {"entity_id": light}, blocking=True)
+    assert device.state.lamp_on
+    assert hass.states.get(light).state == "on"  # type: ignore[union-attr]
+    await hass.services.async_call("light", "turn_off", {"entity_id": light}, blocking=True)
+    assert hass.states.get(light).state == "off"  # type: ignore[union-attr]
+
+
+async def test_buttons(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+    device = await connected(hass, make_device, ir=True)
+    await hass.services.async_call(
+        "button", "press", {"entity_id": entity_id(hass, "button:ir-tv_power")}, blocking=True
+    )
+    assert ("self.ir.send_named", {"name": "tv_power"}) in device.mcp.calls
+    await hass.services.async_call("button", "press", {"entity_id": entity_id(hass, "button:reboot")}, blocking=True)
+    assert device.rebooted
+    await device.wait_closed()
+    await wait_for(hub_device(hass), lambda d: d.connection is None)
+    with pytest.raises(HomeAssistantError) as err:
+        await hass.services.async_call(
+            "button", "press", {"entity_id": entity_id(hass, "button:ir-tv_power")}, blocking=True
+        )
+    assert err.value.translation_key == "device_offline"
+
+
+async def test_failed_button_press(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+    await connected(hass, make_device, ir=True)
+    hub_device(hass).queries["self.ir.list_codes"] = {"codes": ["tv_power", "gone"]}
+    hub_device(hass)._async_notify()
+    await hass.async_block_till_done()
+    with pytest.raises(HomeAssistantError, match="未找到红外编码: gone"):
+        await hass.services.async_call(
+            "button", "press", {"entity_id": entity_id(hass, "button:ir-gone")}, blocking=True
+        )
+
+
+async def test_ir_list_changes_between_connections(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+    device = await connected(hass, make_device, ir=True)
+    assert {e.unique_id for e in device_entities(hass) if "-ir-" in e.unique_id} == {
+        f"{MAC}-ir-ac_off",
+        f"{MAC}-ir-tv_power",
+    }
+    await device.drop()
+    again = await make_device(connect=False, ir=True)
+    again.state.ir_codes = {"tv_power": "20DF10EF", "fan": "A1B2"}
+    await again.connect()
+    await wait_settled(hub_device(hass))
+    await hass.async_block_till_done()
+    assert {e.unique_id for e in device_entities(hass) if "-ir-" in e.unique_id} == {
+        f"{MAC}-ir-fan",
+        f"{MAC}-ir-tv_power",
+    }
+
+
+# -- dynamic entities, restore, removal ---------------------------------------------------------
+
+
+async def test_new_tools_appear_and_missing_ones_go_unavailable(
+    hass: HomeAssistant, make_device: DeviceFactory
+) -> None:
+    device = await connected(hass, make_device)
+    assert er.async_get(hass).async_get_entity_id("light", DOMAIN, f"{MAC}-lamp") is None
+    # The device adds tools and says so: a light appears, without a reload.
+    from xiaozhi_sim.tools import add_lamp_tools
+
+    add_lamp_tools(device.mcp, device.state)
+    await device.send_notification("notifications/tools/list_changed")
+    await wait_for(hub_device(hass), lambda d: "self.lamp.get_state" in d.queries)  # listed again, then read
+    await hass.async_block_till_done()
+    assert state_of(hass, "light:lamp") == "off"
+    # Next time it lacks the brightness tool: that entity is unavailable, not deleted.
+    await device.drop()
+    again = await make_device(connect=False)
+    again.mcp.tools = [t for t in again.mcp.tools if t.name != "self.screen.set_brightness"]
+    await again.connect()
+    await wait_settled(hub_device(hass))
+    await hass.async_block_till_done()
+    assert state_of(hass, "number:screen_brightness") == STATE_UNAVAILABLE
+    assert state_of(hass, "light:lamp") == STATE_UNAVAILABLE
+
+
+async def test_state_is_restored_after_restart(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, make_device: DeviceFactory
+) -> None:
+    device = await connected(hass, make_device, lamp=True)
+    await device.drop()
+    await wait_for(hub_device(hass), lambda d: d.connection is None)
+    await hass.services.async_call(
+        "number", "set_value", {"entity_id": entity_id(hass, "number:volume"), "value": 15}, blocking=True
+    )
+    assert await hass.config_entries.async_reload(setup_integration.entry_id)
+    await hass.async_block_till_done()
+    # The device is away; its entities show what it last said, and the setting still waits.
+    assert state_of(hass, "sensor:battery") == "85"
+    assert state_of(hass, "select:theme") == "light"
+    assert state_of(hass, "light:lamp") == "off"
+    assert state_of(hass, "number:volume") == "15.0"
+    assert state_of(hass, "binary_sensor:connected") == "off"
+    again = await connected(hass, make_device, lamp=True)
+    assert ("self.audio_speaker.set_volume", {"volume": 15}) in again.mcp.calls
+
+
+async def test_removed_device_loses_its_entities(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, make_device: DeviceFactory
+) -> None:
+    await connected(hass, make_device)
+    assert device_entities(hass)
+    sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
+    hass.config_entries.async_remove_subentry(setup_integration, sub.subentry_id)
+    await hass.async_block_till_done()
+    assert device_entities(hass) == []
+
+
+# -- notifications ------------------------------------------------------------------------------
+
+
+async def test_notification_fires_event_entity_and_bus_event(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+    device = await connected(hass, make_device)
+    event = entity_id(hass, "event:notification")
+    assert hass.states.get(event).state == STATE_UNKNOWN  # type: ignore[union-attr]
+    waiter = EventWaiter(hass, EVENT_NOTIFICATION)
+    await device.send_notification("notifications/state_changed", {"state": "speaking"})
+    await device.send_notification("custom/thing", {"x": 1})
+    await waiter.wait(2)
+    await hass.async_block_till_done()
+    state = hass.states.get(event)
+    assert state is not None
+    assert state.attributes["event_type"] == "other"
+    assert state.attributes["method"] == "custom/thing"
+    assert state.attributes["params"] == {"x": 1}
+    assert waiter.events[0].data["method"] == "notifications/state_changed"
+
+
+async def test_entities_follow_a_device_added_later(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: Any
+) -> None:
+    from homeassistant.config_entries import ConfigSubentry
+
+    from custom_components.xiaozhi_local.const import CONF_MAC, CONF_TOKEN, SUBENTRY_DEVICE
+
+    from .conftest import ws_url
+
+    mac = "aa:bb:cc:00:11:22"
+    hass.config_entries.async_add_subentry(
+        setup_integration,
+        ConfigSubentry(
+            data={CONF_MAC: mac, CONF_TOKEN: "t" * 43},  # type: ignore[arg-type]
+            subentry_type=SUBENTRY_DEVICE,
+            title="Later",
+            unique_id=mac,
+        ),
+    )
+    await hass.async_block_till_done()
+    assert [e.unique_id for e in device_entities(hass, mac)] == [f"{mac}-connected", f"{mac}-notification"]
+    from xiaozhi_sim import SimulatorOptions
+
+    device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token="t" * 43, mac=mac))
+    await device.connect()
+    await wait_settled(setup_integration.runtime_data.devices[mac])
+    await hass.async_block_till_done()
+    assert any(e.unique_id == f"{mac}-volume" for e in device_entities(hass, mac))
+    await device.drop()
+    await asyncio.sleep(0)
+
+
+async def test_generic_buttons_are_disabled_by_default(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, make_device: DeviceFactory
+) -> None:
+    from xiaozhi_sim import Tool
+
+    device = await make_device(connect=False)
+    pressed: list[str] = []
+
+    def tool(name: str) -> Tool:
+        async def run(_args: dict[str, Any]) -> bool:
+            pressed.append(name)
+            return True
+
+        return Tool(name, f"{name} (board tool)", [], run)
+
+    device.mcp.add_tool(tool("self.dog.sit"))
+    device.mcp.add_tool(tool("self.system.reconfigure_wifi"))
+    device.mcp.add_tool(tool("self.dog.get_pose"))  # reads only: no button
+    await device.connect()
+    await wait_settled(hub_device(hass))
+    await hass.async_block_till_done()
+    registry = er.async_get(hass)
+    sit = registry.async_get_entity_id("button", DOMAIN, f"{MAC}-tool-self.dog.sit")
+    wifi = registry.async_get_entity_id("button", DOMAIN, f"{MAC}-reconfigure_wifi")
+    assert sit is not None
+    assert wifi is not None
+    assert registry.async_get_entity_id("button", DOMAIN, f"{MAC}-tool-self.dog.get_pose") is None
+    assert registry.async_get_entity_id("button", DOMAIN, f"{MAC}-tool-self.upgrade_firmware") is None
+    for entity in (sit, wifi):
+        entry = registry.async_get(entity)
+        assert entry is not None
+        assert entry.disabled_by is er.RegistryEntryDisabler.INTEGRATION
+        registry.async_update_entity(entity, disabled_by=None)
+    assert await hass.config_entries.async_reload(setup_integration.entry_id)
+    await hass.async_block_till_done()
+    await device.drop()
+    again = await make_device(connect=False)
+    again.mcp.add_tool(tool("self.dog.sit"))
+    again.mcp.add_tool(tool("self.system.reconfigure_wifi"))
+    await again.connect()
+    await wait_settled(hub_device(hass))
+    state = hass.states.get(sit)
+    assert state is not None
+    assert state.attributes["friendly_name"] == "Kitchen Tool self.dog.sit"
+    await hass.services.async_call("button", "press", {"entity_id": sit}, blocking=True)
+    await hass.services.async_call("button", "press", {"entity_id": wifi}, blocking=True)
+    assert pressed == ["self.dog.sit", "self.system.reconfigure_wifi"]
