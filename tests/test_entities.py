@@ -431,3 +431,32 @@ async def test_generic_buttons_are_disabled_by_default(
     await hass.services.async_call("button", "press", {"entity_id": sit}, blocking=True)
     await hass.services.async_call("button", "press", {"entity_id": wifi}, blocking=True)
     assert pressed == ["self.dog.sit", "self.system.reconfigure_wifi"]
+
+
+async def test_refused_offline_setting_and_failing_status(
+    hass: HomeAssistant, make_device: DeviceFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    device = await connected(hass, make_device)
+    await device.drop()
+    await wait_for(hub_device(hass), lambda d: d.connection is None)
+    await hass.services.async_call(
+        "number", "set_value", {"entity_id": entity_id(hass, "number:volume"), "value": 5}, blocking=True
+    )
+    again = await make_device(connect=False)
+    volume = again.mcp.find("self.audio_speaker.set_volume")
+    status = again.mcp.find("self.get_device_status")
+    assert volume is not None
+    assert status is not None
+
+    async def broken(_args: dict[str, Any]) -> bool:
+        raise ToolError("Speaker is busy")
+
+    volume.callback = broken
+    status.callback = broken  # type: ignore[assignment]
+    await again.connect()
+    await wait_settled(hub_device(hass))
+    await hass.async_block_till_done()
+    assert "refused the setting volume made while it was away" in caplog.text
+    assert "self.get_device_status failed" in caplog.text
+    assert hub_device(hass).pending == {}  # tried once, not forever
+    assert state_of(hass, "number:volume") == "70.0"  # the last value the device reported
