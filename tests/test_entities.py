@@ -452,7 +452,7 @@ async def test_refused_offline_setting_and_failing_status(
         raise ToolError("Speaker is busy")
 
     volume.callback = broken
-    status.callback = broken  # type: ignore[assignment]
+    status.callback = broken
     await again.connect()
     await wait_settled(hub_device(hass))
     await hass.async_block_till_done()
