@@ -2,11 +2,14 @@
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 from aiohttp.test_utils import TestClient
 from homeassistant.config_entries import ConfigSubentryData
 from homeassistant.core import HomeAssistant
+from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
@@ -25,6 +28,17 @@ TOKEN2 = "device-token-" + "b" * 40
 @pytest.fixture(autouse=True)
 def auto_enable_custom_integrations(enable_custom_integrations: None) -> None:
     """Load custom integrations in every test."""
+
+
+@pytest.fixture(autouse=True)
+async def core_components(hass: HomeAssistant, tmp_path: Path) -> AsyncIterator[None]:
+    """What the voice dependencies need first (conversation needs ``homeassistant``); TTS cache in tmp."""
+    with (
+        patch("homeassistant.components.tts._init_tts_cache_dir", return_value=str(tmp_path)),
+        patch("homeassistant.components.tts._get_cache_files", return_value={}),
+    ):
+        assert await async_setup_component(hass, "homeassistant", {})
+        yield
 
 
 def device_subentry(mac: str, token: str, title: str | None = None) -> ConfigSubentryData:

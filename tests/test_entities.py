@@ -372,7 +372,9 @@ async def test_entities_follow_a_device_added_later(
         ),
     )
     await hass.async_block_till_done()
-    assert [e.unique_id for e in device_entities(hass, mac)] == [f"{mac}-connected", f"{mac}-notification"]
+    assert {e.unique_id for e in device_entities(hass, mac)} == {
+        f"{mac}-{key}" for key in ("connected", "notification", "assist_satellite", "pipeline", "vad_sensitivity")
+    }
     from xiaozhi_sim import SimulatorOptions
 
     device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token="t" * 43, mac=mac))

@@ -9,6 +9,7 @@ from typing import Any
 import uuid
 
 import aiohttp
+import av.error
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -25,6 +26,7 @@ from .tools import (
     dumps,
     system_info,
 )
+from .voice import UPLINK_RATE, MicEncoder, SpeakerDecoder, frame, unframe
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -79,7 +81,15 @@ class SimulatedDevice:
         self.session_id = ""
         self.server_hello: dict[str, Any] | None = None
         self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()  # server JSON other than mcp/hello
-        self.audio: list[bytes] = []
+        self.log: list[dict[str, Any]] = []  # the same, kept in order
+        self._logged = asyncio.Event()
+        self.audio: list[bytes] = []  # downlink packets accepted while speaking
+        self.dropped_audio = 0  # downlink packets that arrived in another state (the firmware drops them)
+        self.speaker_pcm = bytearray()  # what the speaker played, decoded
+        self._speaker: SpeakerDecoder | None = None
+        self.device_state = "idle"  # idle | listening | speaking
+        self.listening_mode = "auto"
+        self.relisten = True  # auto mode: listen start again once playback has drained
         self.mcp_requests: list[Any] = []  # every MCP payload received, for tests
         self.closed = asyncio.Event()
         self.rebooted = False
@@ -191,7 +201,7 @@ class SimulatedDevice:
         try:
             async for frame in self._ws:
                 if isinstance(frame, bytes):
-                    self.audio.append(frame)
+                    self._on_audio(frame)
                     continue
                 try:
                     msg = json.loads(frame)
@@ -213,11 +223,99 @@ class SimulatedDevice:
                 else:
                     if msg["type"] == "system" and msg.get("command") == "reboot":
                         self._schedule_reboot()
+                    if msg["type"] == "tts":
+                        await self._on_tts(msg)
                     self.messages.put_nowait(msg)
+                    self.log.append(msg)
+                    self._logged.set()
         except ConnectionClosed:
             pass
         finally:
             self.closed.set()
+
+    # -- voice --------------------------------------------------------------------------------
+
+    def _on_audio(self, data: bytes) -> None:
+        if self.device_state != "speaking":
+            self.dropped_audio += 1  # "Binary audio is accepted only in the speaking state"
+            return
+        packet = unframe(self.options.protocol_version, data)
+        self.audio.append(packet)
+        if self._speaker is not None:
+            try:
+                self.speaker_pcm += self._speaker.decode(packet)
+            except av.error.FFmpegError:
+                pass  # logged and dropped by the firmware
+
+    async def _on_tts(self, msg: dict[str, Any]) -> None:
+        state = msg.get("state")
+        if state == "start":
+            self.device_state = "speaking"
+            rate = ((self.server_hello or {}).get("audio_params") or {}).get("sample_rate", 24000)
+            self._speaker = SpeakerDecoder(int(rate))  # the decoder queue is reset on entering speaking
+        elif state == "stop" and self.device_state == "speaking":
+            if self.listening_mode == "manual":
+                self.device_state = "idle"
+            else:
+                self.device_state = "listening"
+                if self.listening_mode == "auto" and self.relisten:
+                    await self.send_json(
+                        {"session_id": self.session_id, "type": "listen", "state": "start", "mode": "auto"}
+                    )
+
+    async def wait_message(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0) -> dict[str, Any]:
+        """The first logged server message (from the start of the log) matching ``predicate``."""
+        async with asyncio.timeout(timeout):
+            while True:
+                for msg in self.log:
+                    if predicate(msg):
+                        return msg
+                self._logged.clear()
+                await self._logged.wait()
+
+    def count(self, predicate: Callable[[dict[str, Any]], bool]) -> int:
+        """How many logged server messages match."""
+        return sum(1 for msg in self.log if predicate(msg))
+
+    async def say(
+        self,
+        pcm: bytes,
+        *,
+        mode: str = "auto",
+        wake_word: str | None = None,
+        silence_after: float = 3.0,
+    ) -> None:
+        """A spoken turn: (``listen detect``), ``listen start``, the microphone's packets, then silence.
+
+        Auto mode keeps streaming silence, as the firmware streams continuously, until the server
+        ends the turn (``stt`` or ``tts start``) or ``silence_after`` seconds of it were sent.
+        Manual mode sends ``listen stop`` after the speech (push-to-talk released).
+        """
+        self.listening_mode = mode
+        if wake_word is not None:
+            await self.send_json(
+                {"session_id": self.session_id, "type": "listen", "state": "detect", "text": wake_word}
+            )
+        await self.send_json({"session_id": self.session_id, "type": "listen", "state": "start", "mode": mode})
+        self.device_state = "listening"
+        marker = len(self.log)
+        encoder = MicEncoder()
+        silence = bytes(int(UPLINK_RATE * 2 * silence_after)) if mode != "manual" else b""
+        for packet in encoder.packets(pcm + silence):
+            if any(m.get("type") in ("stt", "tts") for m in self.log[marker:]):
+                break  # the server ended the turn
+            await self.send_raw(frame(self.options.protocol_version, packet))
+            await asyncio.sleep(0.002)  # faster than real time, but not a flood
+        if mode == "manual":
+            await self.send_json({"session_id": self.session_id, "type": "listen", "state": "stop"})
+            self.device_state = "idle"
+
+    async def abort(self, reason: str | None = None) -> None:
+        """Button (no reason) or wake word (``wake_word_detected``) while speaking."""
+        msg: dict[str, Any] = {"session_id": self.session_id, "type": "abort"}
+        if reason is not None:
+            msg["reason"] = reason
+        await self.send_json(msg)
 
     # -- sending ------------------------------------------------------------------------------
 

@@ -12,8 +12,9 @@ from homeassistant.core import HomeAssistant, callback
 from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION
 from .device import XiaozhiDevice
 from .protocol import session as proto_session
+from .protocol.audio import pack_frame, unpack_frame
 from .protocol.mcp import McpConnectionError, McpError, McpRemoteError
-from .protocol.messages import ClientHello, ControlMessage
+from .protocol.messages import ClientHello, ControlMessage, FrameError
 from .protocol.session import DeviceSession
 
 _LOGGER = logging.getLogger(__name__)
@@ -188,9 +189,39 @@ class DeviceConnection:
             self.hass.async_create_background_task(self._async_relist(), f"xiaozhi_local relist {self.device.mac}")
 
     def on_control(self, message: ControlMessage) -> None:
-        """``listen``/``abort``/…: the voice satellite takes these over later."""
-        _LOGGER.debug("Device %s: %s message %s", self.device.mac, message.type, message.data)
+        """``listen``/``abort``/…: for the device's voice satellite."""
+        if (voice := self.device.voice) is not None:
+            voice.on_control(self, message)
+        else:
+            _LOGGER.debug("Device %s: %s message with no satellite: %s", self.device.mac, message.type, message.data)
 
     def on_audio(self, data: bytes) -> None:
-        """Audio before the voice satellite exists: counted and dropped."""
+        """A binary frame: the Opus packet in it goes to the voice satellite."""
         self.audio_frames += 1
+        try:
+            packet = unpack_frame(self.client.protocol_version, data)
+        except FrameError as err:
+            self.log.report(err.kind, f"dropped audio: {err.detail}")
+            return
+        if (voice := self.device.voice) is not None:
+            voice.on_audio(self, packet)
+
+    # -- what the voice satellite sends ------------------------------------------------------
+
+    async def async_send_json(self, message: dict[str, Any]) -> bool:
+        """One JSON message to the device; False when the connection is gone."""
+        try:
+            await self.session.send_json(message)
+        except ConnectionError, RuntimeError:
+            return False
+        return True
+
+    async def async_send_audio(self, packet: bytes, timestamp: int = 0) -> bool:
+        """One Opus packet, framed as the device's protocol version wants; False when gone."""
+        if self.ws.closed:
+            return False
+        try:
+            await self.ws.send_bytes(pack_frame(self.client.protocol_version, packet, timestamp))
+        except ConnectionError, RuntimeError:
+            return False
+        return True

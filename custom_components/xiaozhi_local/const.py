@@ -10,6 +10,9 @@ OTA_PATH: Final = "/api/xiaozhi_local/ota/"
 
 CONF_ACCEPT_WITHOUT_CODE: Final = "accept_without_code"
 CONF_WEBSOCKET_URL: Final = "websocket_url"
+CONF_SILENCE_TIMEOUT: Final = "silence_timeout"
+DEFAULT_SILENCE_TIMEOUT: Final = 20
+"""Seconds a listening device may stay silent before the conversation is ended (socket closed)."""
 
 SUBENTRY_DEVICE: Final = "device"
 CONF_MAC: Final = "mac"

@@ -9,7 +9,7 @@ next connects.
 import asyncio
 from collections.abc import Callable
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from homeassistant.config_entries import ConfigSubentry
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
@@ -37,10 +37,21 @@ if TYPE_CHECKING:
 
     from .connection import DeviceConnection
     from .pairing import DeviceReport
+    from .protocol.messages import ControlMessage
 
 _LOGGER = logging.getLogger(__name__)
 
 type NotificationListener = Callable[[str, Any], None]
+
+
+class VoiceHandler(Protocol):
+    """The device's voice satellite, as the connection sees it."""
+
+    def on_control(self, connection: DeviceConnection, message: ControlMessage) -> None:
+        """Handle ``listen``, ``abort`` and other control messages."""
+
+    def on_audio(self, connection: DeviceConnection, packet: bytes) -> None:
+        """One uplink Opus packet."""
 
 
 class DeviceOfflineError(McpConnectionError):
@@ -69,6 +80,7 @@ class XiaozhiDevice:
         self.token: str = subentry.data[CONF_TOKEN]
         self.name = subentry.title
         self.connection: DeviceConnection | None = None
+        self.voice: VoiceHandler | None = None  # the assist satellite, once it exists
         self.server_info = ServerInfo()
         self.last_seen: datetime | None = None
         self.log = OnceLogger(self.mac, _LOGGER)  # each kind of problem is logged once per device

@@ -1,0 +1,236 @@
+"""Audio for xiaozhi devices: Opus (PyAV, which bundles libopus), binary framing v1/v2/v3, WAV streams.
+
+Uplink: one raw Opus packet per binary frame (16 kHz mono, 60 ms on stock firmware) → 16 kHz s16
+mono PCM for HA's speech-to-text. Downlink: PCM at the rate of the server hello → 60 ms Opus
+packets. Nothing here blocks for long: one packet costs well under a millisecond.
+"""
+
+import contextlib
+from dataclasses import dataclass
+from fractions import Fraction
+import re
+import struct
+from typing import Final
+
+import av
+import av.error
+
+from .messages import FrameError
+
+PCM_RATE: Final = 16000
+"""What HA's speech-to-text takes: 16 kHz, 16-bit, mono."""
+
+OPUS_FRAME_MS: Final = 60
+V2_HEADER: Final = struct.Struct(">HHIII")  # version, type, reserved, timestamp, payload size
+V3_HEADER: Final = struct.Struct(">BBH")  # type, reserved, payload size
+MAX_PAYLOAD: Final = 16 * 1024
+
+
+class AudioError(Exception):
+    """An Opus packet that cannot be decoded (or PCM that cannot be encoded)."""
+
+
+# -- binary framing (device-protocol.md §6) ---------------------------------------------------
+
+
+def pack_frame(version: int, payload: bytes, timestamp: int = 0) -> bytes:
+    """One binary WebSocket frame in the device's framing version."""
+    if version == 2:
+        return V2_HEADER.pack(2, 0, 0, timestamp & 0xFFFFFFFF, len(payload)) + payload
+    if version == 3:
+        return V3_HEADER.pack(0, 0, len(payload)) + payload
+    return payload
+
+
+def unpack_frame(version: int, frame: bytes) -> bytes:
+    """The Opus packet in a frame. Raises FrameError when a header does not match the frame."""
+    if version == 2:
+        if len(frame) < V2_HEADER.size:
+            raise FrameError("bad_frame", f"v2 frame of {len(frame)} bytes is shorter than its header")
+        _version, _type, _reserved, _timestamp, size = V2_HEADER.unpack_from(frame)
+        if size != len(frame) - V2_HEADER.size:
+            raise FrameError("bad_frame", f"v2 header says {size} bytes, frame has {len(frame) - V2_HEADER.size}")
+        return frame[V2_HEADER.size :]
+    if version == 3:
+        if len(frame) < V3_HEADER.size:
+            raise FrameError("bad_frame", f"v3 frame of {len(frame)} bytes is shorter than its header")
+        _type, _reserved, size = V3_HEADER.unpack_from(frame)
+        if size != len(frame) - V3_HEADER.size:
+            raise FrameError("bad_frame", f"v3 header says {size} bytes, frame has {len(frame) - V3_HEADER.size}")
+        return frame[V3_HEADER.size :]
+    return frame
+
+
+# -- Opus --------------------------------------------------------------------------------------
+
+
+class OpusDecoder:
+    """Opus packets (any rate and frame duration) → 16 kHz s16 mono PCM. One per listening turn."""
+
+    def __init__(self) -> None:
+        self._decoder = av.CodecContext.create("libopus", "r")
+        self._decoder.sample_rate = 48000
+        self._resampler = av.AudioResampler(format="s16", layout="mono", rate=PCM_RATE)
+
+    def decode(self, packet: bytes) -> bytes:
+        """PCM for one packet (may be empty for DTX). Raises AudioError."""
+        try:
+            frames = self._decoder.decode(av.Packet(packet))
+            return b"".join(
+                bytes(out.planes[0])[: out.samples * 2] for frame in frames for out in self._resampler.resample(frame)
+            )
+        except (av.error.FFmpegError, ValueError) as err:
+            raise AudioError(f"undecodable Opus packet of {len(packet)} bytes: {err}") from None
+
+
+class OpusEncoder:
+    """s16 mono PCM at ``sample_rate`` → 60 ms Opus packets. One per TTS stream (no reuse after flush)."""
+
+    def __init__(self, sample_rate: int, bit_rate: int = 32000) -> None:
+        self.sample_rate = sample_rate
+        self._encoder = av.CodecContext.create("libopus", "w")
+        self._encoder.sample_rate = sample_rate
+        self._encoder.layout = "mono"
+        self._encoder.format = "s16"
+        self._encoder.bit_rate = bit_rate
+        self._encoder.time_base = Fraction(1, sample_rate)
+        self._encoder.options = {"frame_duration": str(OPUS_FRAME_MS), "application": "voip"}
+        self._encoder.open()
+        self.frame_bytes = sample_rate * OPUS_FRAME_MS // 1000 * 2
+        self._buffer = bytearray()
+        self._pts = 0
+
+    def encode(self, pcm: bytes) -> list[bytes]:
+        """Packets for every complete 60 ms of PCM given so far."""
+        self._buffer += pcm
+        packets: list[bytes] = []
+        while len(self._buffer) >= self.frame_bytes:
+            chunk = bytes(self._buffer[: self.frame_bytes])
+            del self._buffer[: self.frame_bytes]
+            packets += self._encode_chunk(chunk)
+        return packets
+
+    def flush(self) -> list[bytes]:
+        """The rest, zero-padded to a whole frame, and what the encoder still holds."""
+        packets: list[bytes] = []
+        if self._buffer:
+            packets += self._encode_chunk(bytes(self._buffer).ljust(self.frame_bytes, b"\0"))
+            self._buffer.clear()
+        with contextlib.suppress(av.error.FFmpegError):  # already flushed
+            packets += [bytes(p) for p in self._encoder.encode(None)]
+        return packets
+
+    def _encode_chunk(self, chunk: bytes) -> list[bytes]:
+        samples = len(chunk) // 2
+        frame = av.AudioFrame(format="s16", layout="mono", samples=samples)
+        frame.planes[0].update(chunk)
+        frame.sample_rate = self.sample_rate
+        frame.pts = self._pts
+        self._pts += samples
+        try:
+            return [bytes(p) for p in self._encoder.encode(frame)]
+        except (av.error.FFmpegError, ValueError) as err:
+            raise AudioError(f"cannot encode: {err}") from None
+
+
+class Resampler:
+    """s16 PCM of any rate and channel count → s16 mono at ``rate`` (TTS that ignored our format)."""
+
+    def __init__(self, source_rate: int, channels: int, rate: int) -> None:
+        self._source_rate = source_rate
+        self._layout = "mono" if channels == 1 else "stereo"
+        self._channels = channels
+        self._resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
+        self._pts = 0
+
+    def convert(self, pcm: bytes) -> bytes:
+        """Converted PCM (whole samples only; the caller keeps frames aligned)."""
+        samples = len(pcm) // (2 * self._channels)
+        if samples == 0:
+            return b""
+        frame = av.AudioFrame(format="s16", layout=self._layout, samples=samples)
+        frame.planes[0].update(pcm[: samples * 2 * self._channels])
+        frame.sample_rate = self._source_rate
+        frame.pts = self._pts
+        self._pts += samples
+        return b"".join(bytes(out.planes[0])[: out.samples * 2] for out in self._resampler.resample(frame))
+
+
+# -- WAV streams -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class WavFormat:
+    """What a WAV header says."""
+
+    sample_rate: int
+    channels: int
+    sample_width: int
+
+
+class WavStream:
+    """Parse a WAV byte stream incrementally; the RIFF sizes are ignored (piped WAV has bogus ones).
+
+    ``feed(chunk)`` returns PCM once the header has been read; ``format`` is set from then on.
+    """
+
+    MAX_HEADER: Final = 64 * 1024
+
+    def __init__(self) -> None:
+        self.format: WavFormat | None = None
+        self._head = bytearray()
+        self._odd = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """PCM in this chunk (whole samples only). Raises AudioError on a stream that is not WAV."""
+        if self.format is None:
+            self._head += chunk
+            pcm = self._parse_header()
+            if pcm is None:
+                return b""
+        else:
+            pcm = self._odd + chunk
+        assert self.format is not None
+        frame = self.format.channels * self.format.sample_width
+        whole = len(pcm) - len(pcm) % frame
+        self._odd = pcm[whole:]
+        return pcm[:whole]
+
+    def _parse_header(self) -> bytes | None:
+        data = bytes(self._head)
+        if len(data) < 12:
+            return None
+        if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+            raise AudioError("not a WAV stream")
+        pos = 12
+        fmt: WavFormat | None = None
+        while pos + 8 <= len(data):
+            chunk_id, size = data[pos : pos + 4], int.from_bytes(data[pos + 4 : pos + 8], "little")
+            if chunk_id == b"data":
+                if fmt is None:
+                    raise AudioError("WAV data before its fmt chunk")
+                self.format = fmt
+                self._head.clear()
+                return data[pos + 8 :]
+            if pos + 8 + size > len(data):
+                break  # wait for the rest of this chunk
+            if chunk_id == b"fmt ":
+                audio_format, channels, rate = struct.unpack_from("<HHI", data, pos + 8)
+                bits = struct.unpack_from("<H", data, pos + 22)[0]
+                if audio_format not in (1, 0xFFFE) or bits != 16 or channels not in (1, 2):
+                    raise AudioError(f"unsupported WAV: format {audio_format}, {bits} bits, {channels} channels")
+                fmt = WavFormat(rate, channels, 2)
+            pos += 8 + size + (size & 1)
+        if len(data) > self.MAX_HEADER:
+            raise AudioError("WAV header too long")
+        return None
+
+
+# -- text shown on the device while it speaks ------------------------------------------------
+
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？；;…])\s*|\n+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences to show one by one (``tts sentence_start``), Chinese and Latin punctuation alike."""
+    return [part.strip() for part in _SENTENCE_END.split(text) if part and part.strip()]

@@ -1,0 +1,225 @@
+"""Speech-to-text, text-to-speech and a conversation agent for tests, registered like real ones.
+
+The STT really listens: it measures how much speech (loud enough PCM) reached it and puts that
+in the transcript, so a test proves the device's audio went through Opus and the decoder.
+The TTS answers a WAV tone whose length follows the text; HA converts it with real ffmpeg.
+"""
+
+from array import array
+from collections.abc import AsyncGenerator, AsyncIterable
+import io
+import math
+from pathlib import Path
+from typing import Any
+import wave
+
+from homeassistant.components import conversation, stt, tts
+from homeassistant.components.assist_pipeline.pipeline import async_get_pipeline, async_update_pipeline
+from homeassistant.config_entries import ConfigEntry, ConfigFlow
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import intent
+from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
+from pytest_homeassistant_custom_component.common import (
+    MockConfigEntry,
+    MockModule,
+    MockPlatform,
+    mock_config_flow,
+    mock_integration,
+    mock_platform,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TEST_DOMAIN = "voicetest"
+
+
+def speech_pcm() -> bytes:
+    """3 s of real speech (espeak-ng), 16 kHz s16 mono."""
+    with wave.open(str(FIXTURES / "speech_16k.wav")) as wav:
+        return wav.readframes(wav.getnframes())
+
+
+def loud_seconds(pcm: bytes, rate: int = 16000) -> float:
+    """Seconds of 10 ms blocks whose mean amplitude is clearly above silence."""
+    samples = array("h", pcm[: len(pcm) - len(pcm) % 2])
+    block = rate // 100
+    loud = sum(
+        1 for i in range(0, len(samples) - block, block) if sum(abs(s) for s in samples[i : i + block]) / block > 500
+    )
+    return loud / 100
+
+
+def tone_wav(seconds: float, rate: int = 22050) -> bytes:
+    """A 440 Hz tone as WAV (speech-like enough for Opus, easy to measure)."""
+    frames = array("h", (int(9000 * math.sin(2 * math.pi * 440 * i / rate)) for i in range(int(seconds * rate))))
+    out = io.BytesIO()
+    with wave.open(out, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(rate)
+        wav.writeframes(frames.tobytes())
+    return out.getvalue()
+
+
+def speech_seconds(text: str) -> float:
+    """How long the test TTS speaks a text."""
+    return round(0.5 + 0.05 * len(text), 2)
+
+
+class TestSTT(stt.SpeechToTextEntity):
+    """Hears what it was given."""
+
+    _attr_name = "Test STT"
+    _attr_unique_id = "test_stt"
+
+    def __init__(self) -> None:
+        self.received: list[bytes] = []
+
+    @property
+    def supported_languages(self) -> list[str]:
+        return ["en-US"]
+
+    @property
+    def supported_formats(self) -> list[stt.AudioFormats]:
+        return [stt.AudioFormats.WAV]
+
+    @property
+    def supported_codecs(self) -> list[stt.AudioCodecs]:
+        return [stt.AudioCodecs.PCM]
+
+    @property
+    def supported_bit_rates(self) -> list[stt.AudioBitRates]:
+        return [stt.AudioBitRates.BITRATE_16]
+
+    @property
+    def supported_sample_rates(self) -> list[stt.AudioSampleRates]:
+        return [stt.AudioSampleRates.SAMPLERATE_16000]
+
+    @property
+    def supported_channels(self) -> list[stt.AudioChannels]:
+        return [stt.AudioChannels.CHANNEL_MONO]
+
+    async def async_process_audio_stream(
+        self, metadata: stt.SpeechMetadata, stream: AsyncIterable[bytes]
+    ) -> stt.SpeechResult:
+        pcm = b"".join([chunk async for chunk in stream])
+        self.received.append(pcm)
+        heard = loud_seconds(pcm)
+        if heard < 0.3:
+            return stt.SpeechResult(None, stt.SpeechResultState.ERROR)
+        return stt.SpeechResult(f"heard {heard:.1f} seconds", stt.SpeechResultState.SUCCESS)
+
+
+class TestTTS(tts.TextToSpeechEntity):
+    """Speaks a tone as long as the text needs."""
+
+    _attr_name = "Test TTS"
+    _attr_unique_id = "test_tts"
+    _attr_default_language = "en-US"
+    _attr_supported_languages = ["en-US"]  # noqa: RUF012
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    async def async_get_tts_audio(self, message: str, language: str, options: dict[str, Any]) -> tts.TtsAudioType:
+        self.messages.append(message)
+        return "wav", tone_wav(speech_seconds(message))
+
+    async def async_stream_tts_audio(self, request: tts.TTSAudioRequest) -> tts.TTSAudioResponse:
+        async def audio() -> AsyncGenerator[bytes]:
+            text = "".join([chunk async for chunk in request.message_gen])
+            self.messages.append(text)
+            data = tone_wav(speech_seconds(text))
+            for start in range(0, len(data), 4096):  # in pieces, as a streaming engine sends
+                yield data[start : start + 4096]
+
+        return tts.TTSAudioResponse("wav", audio())
+
+
+class TestAgent(conversation.ConversationEntity):
+    """Answers with a fixed reply; can ask to continue, stream, or fail."""
+
+    _attr_name = "Test agent"
+    _attr_unique_id = "test_agent"
+    _attr_supported_features = conversation.ConversationEntityFeature.CONTROL
+
+    def __init__(self) -> None:
+        self.inputs: list[conversation.ConversationInput] = []
+        self.reply = "The kitchen light is on. Anything else?"
+        self.continue_conversation = False
+        self.fail = False
+
+    @property
+    def supported_languages(self) -> str:
+        return "*"
+
+    async def _async_handle_message(
+        self, user_input: conversation.ConversationInput, chat_log: conversation.ChatLog
+    ) -> conversation.ConversationResult:
+        self.inputs.append(user_input)
+        if self.fail:
+            raise ValueError("the agent broke")
+        if self._attr_supports_streaming:
+
+            async def deltas() -> AsyncGenerator[conversation.AssistantContentDeltaDict]:
+                yield {"role": "assistant"}
+                for word in self.reply.split(" "):
+                    yield {"content": word + " "}
+
+            async for _ in chat_log.async_add_delta_content_stream(self.entity_id, deltas()):
+                pass
+        response = intent.IntentResponse(language=user_input.language)
+        response.async_set_speech(self.reply)
+        return conversation.ConversationResult(
+            response=response,
+            conversation_id=chat_log.conversation_id,
+            continue_conversation=self.continue_conversation,
+        )
+
+
+class Voice:
+    """The three providers, set up as the pipeline's engines."""
+
+    def __init__(self) -> None:
+        self.stt = TestSTT()
+        self.tts = TestTTS()
+        self.agent = TestAgent()
+
+    async def async_setup(self, hass: HomeAssistant) -> None:
+        """Register them under a test domain (call before the integration is set up)."""
+
+        async def setup_entry(hass: HomeAssistant, entry: ConfigEntry) -> bool:
+            await hass.config_entries.async_forward_entry_setups(entry, ["stt", "tts", "conversation"])
+            return True
+
+        async def unload_entry(hass: HomeAssistant, entry: ConfigEntry) -> bool:
+            return await hass.config_entries.async_unload_platforms(entry, ["stt", "tts", "conversation"])
+
+        mock_integration(hass, MockModule(TEST_DOMAIN, async_setup_entry=setup_entry, async_unload_entry=unload_entry))
+        for platform, entity in (("stt", self.stt), ("tts", self.tts), ("conversation", self.agent)):
+
+            async def add(
+                hass: HomeAssistant, entry: ConfigEntry, add_entities: AddConfigEntryEntitiesCallback, e: Any = entity
+            ) -> None:
+                add_entities([e])
+
+            mock_platform(hass, f"{TEST_DOMAIN}.{platform}", MockPlatform(async_setup_entry=add))
+        mock_platform(hass, f"{TEST_DOMAIN}.config_flow")
+        with mock_config_flow(TEST_DOMAIN, ConfigFlow):
+            entry = MockConfigEntry(domain=TEST_DOMAIN)
+            entry.add_to_hass(hass)
+            assert await hass.config_entries.async_setup(entry.entry_id)
+
+    async def async_use(self, hass: HomeAssistant) -> None:
+        """Make them the preferred pipeline's engines (after assist_pipeline is set up)."""
+        await async_update_pipeline(
+            hass,
+            async_get_pipeline(hass),
+            stt_engine=self.stt.entity_id,
+            stt_language="en-US",
+            tts_engine=self.tts.entity_id,
+            tts_language="en-US",
+            tts_voice=None,
+            conversation_engine=self.agent.entity_id,
+            conversation_language="en",
+            language="en",
+        )

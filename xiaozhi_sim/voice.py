@@ -1,0 +1,80 @@
+"""The firmware's audio side (§6): Opus 16 kHz mono 60 ms uplink; downlink decoded while speaking.
+
+Its own small PyAV codec, not the integration's: the simulator is the other end of the wire.
+"""
+
+from fractions import Fraction
+import struct
+
+import av
+import av.error
+
+UPLINK_RATE = 16000
+FRAME_MS = 60
+FRAME_BYTES = UPLINK_RATE * FRAME_MS // 1000 * 2
+
+
+def frame(version: int, payload: bytes, timestamp: int = 0) -> bytes:
+    """Binary protocol v1/v2/v3 framing, as ``websocket_protocol.cc`` builds it."""
+    if version == 2:
+        return struct.pack(">HHIII", 2, 0, 0, timestamp, len(payload)) + payload
+    if version == 3:
+        return struct.pack(">BBH", 0, 0, len(payload)) + payload
+    return payload
+
+
+def unframe(version: int, data: bytes) -> bytes:
+    """The payload (the firmware trusts the header's size without checking it)."""
+    if version == 2:
+        size = struct.unpack_from(">I", data, 12)[0]
+        return data[16 : 16 + size]
+    if version == 3:
+        size = struct.unpack_from(">H", data, 2)[0]
+        return data[4 : 4 + size]
+    return data
+
+
+class MicEncoder:
+    """16 kHz s16 mono PCM → 60 ms Opus packets (VBR, DTX as the firmware; complexity default)."""
+
+    def __init__(self) -> None:
+        self._codec = av.CodecContext.create("libopus", "w")
+        self._codec.sample_rate = UPLINK_RATE
+        self._codec.layout = "mono"
+        self._codec.format = "s16"
+        self._codec.bit_rate = 24000
+        self._codec.time_base = Fraction(1, UPLINK_RATE)
+        self._codec.options = {"frame_duration": str(FRAME_MS), "application": "voip"}
+        self._codec.open()
+        self._pts = 0
+
+    def packets(self, pcm: bytes) -> list[bytes]:
+        """Packets for whole 60 ms frames of ``pcm`` (the rest is zero-padded)."""
+        out: list[bytes] = []
+        for start in range(0, len(pcm), FRAME_BYTES):
+            chunk = pcm[start : start + FRAME_BYTES].ljust(FRAME_BYTES, b"\0")
+            audio = av.AudioFrame(format="s16", layout="mono", samples=FRAME_BYTES // 2)
+            audio.planes[0].update(chunk)
+            audio.sample_rate = UPLINK_RATE
+            audio.pts = self._pts
+            self._pts += FRAME_BYTES // 2
+            out += [bytes(p) for p in self._codec.encode(audio)]
+        return out
+
+
+class SpeakerDecoder:
+    """Downlink Opus → s16 mono PCM at the rate the server hello announced."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self._codec = av.CodecContext.create("libopus", "r")
+        self._codec.sample_rate = 48000
+        self._resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
+
+    def decode(self, packet: bytes) -> bytes:
+        """PCM of one packet; raises av.error.FFmpegError on garbage (the firmware logs and drops)."""
+        return b"".join(
+            bytes(out.planes[0])[: out.samples * 2]
+            for decoded in self._codec.decode(av.Packet(packet))
+            for out in self._resampler.resample(decoded)
+        )
