@@ -10,15 +10,16 @@ from collections.abc import AsyncGenerator, AsyncIterable
 import io
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 import wave
 
 from homeassistant.components import conversation, stt, tts
 from homeassistant.components.assist_pipeline.pipeline import async_get_pipeline, async_update_pipeline
+from homeassistant.components.tts.entity import TTSAudioRequest, TTSAudioResponse
 from homeassistant.config_entries import ConfigEntry, ConfigFlow
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import intent
-from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
+from homeassistant.helpers.entity_platform import AddEntitiesCallback
 from pytest_homeassistant_custom_component.common import (
     MockConfigEntry,
     MockModule,
@@ -35,7 +36,7 @@ TEST_DOMAIN = "voicetest"
 def speech_pcm() -> bytes:
     """3 s of real speech (espeak-ng), 16 kHz s16 mono."""
     with wave.open(str(FIXTURES / "speech_16k.wav")) as wav:
-        return wav.readframes(wav.getnframes())
+        return bytes(wav.readframes(wav.getnframes()))
 
 
 def loud_seconds(pcm: bytes, rate: int = 16000) -> float:
@@ -124,7 +125,7 @@ class TestTTS(tts.TextToSpeechEntity):
         self.messages.append(message)
         return "wav", tone_wav(speech_seconds(message))
 
-    async def async_stream_tts_audio(self, request: tts.TTSAudioRequest) -> tts.TTSAudioResponse:
+    async def async_stream_tts_audio(self, request: TTSAudioRequest) -> TTSAudioResponse:
         async def audio() -> AsyncGenerator[bytes]:
             text = "".join([chunk async for chunk in request.message_gen])
             self.messages.append(text)
@@ -132,7 +133,7 @@ class TestTTS(tts.TextToSpeechEntity):
             for start in range(0, len(data), 4096):  # in pieces, as a streaming engine sends
                 yield data[start : start + 4096]
 
-        return tts.TTSAudioResponse("wav", audio())
+        return TTSAudioResponse("wav", audio())
 
 
 class TestAgent(conversation.ConversationEntity):
@@ -149,7 +150,7 @@ class TestAgent(conversation.ConversationEntity):
         self.fail = False
 
     @property
-    def supported_languages(self) -> str:
+    def supported_languages(self) -> Literal["*"]:
         return "*"
 
     async def _async_handle_message(
@@ -176,6 +177,13 @@ class TestAgent(conversation.ConversationEntity):
         )
 
 
+def _adder(entity: Any) -> Any:
+    async def add(hass: HomeAssistant, entry: ConfigEntry, add_entities: AddEntitiesCallback) -> None:
+        add_entities([entity])
+
+    return add
+
+
 class Voice:
     """The three providers, set up as the pipeline's engines."""
 
@@ -196,13 +204,7 @@ class Voice:
 
         mock_integration(hass, MockModule(TEST_DOMAIN, async_setup_entry=setup_entry, async_unload_entry=unload_entry))
         for platform, entity in (("stt", self.stt), ("tts", self.tts), ("conversation", self.agent)):
-
-            async def add(
-                hass: HomeAssistant, entry: ConfigEntry, add_entities: AddConfigEntryEntitiesCallback, e: Any = entity
-            ) -> None:
-                add_entities([e])
-
-            mock_platform(hass, f"{TEST_DOMAIN}.{platform}", MockPlatform(async_setup_entry=add))
+            mock_platform(hass, f"{TEST_DOMAIN}.{platform}", MockPlatform(async_setup_entry=_adder(entity)))
         mock_platform(hass, f"{TEST_DOMAIN}.config_flow")
         with mock_config_flow(TEST_DOMAIN, ConfigFlow):
             entry = MockConfigEntry(domain=TEST_DOMAIN)

@@ -2,6 +2,7 @@
 
 import asyncio
 from collections.abc import Callable
+import contextlib
 from dataclasses import dataclass, field
 import json
 import logging
@@ -242,10 +243,8 @@ class SimulatedDevice:
         packet = unframe(self.options.protocol_version, data)
         self.audio.append(packet)
         if self._speaker is not None:
-            try:
+            with contextlib.suppress(av.error.FFmpegError):  # logged and dropped by the firmware
                 self.speaker_pcm += self._speaker.decode(packet)
-            except av.error.FFmpegError:
-                pass  # logged and dropped by the firmware
 
     async def _on_tts(self, msg: dict[str, Any]) -> None:
         state = msg.get("state")
