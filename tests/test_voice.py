@@ -1,10 +1,13 @@
 """The device as an Assist satellite: real pipeline, real Opus both ways, real ffmpeg."""
 
+import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 from aiohttp.test_utils import TestClient
-from homeassistant.core import HomeAssistant
+from homeassistant.core import HomeAssistant, callback
+from homeassistant.helpers.event import async_track_state_change_event
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
@@ -68,3 +71,219 @@ async def test_auto_turn(hass: HomeAssistant, ready: Voice, device: SimulatedDev
     state = hass.states.get("assist_satellite.kitchen")
     assert state is not None
     assert state.state == "idle"
+
+
+async def wait_state(hass: HomeAssistant, entity_id: str, wanted: str) -> None:
+    """Until the entity has the state (woken by its state changes)."""
+    changed = asyncio.Event()
+
+    @callback
+    def on_change(_event: Any) -> None:
+        changed.set()
+
+    unsub = async_track_state_change_event(hass, entity_id, on_change)
+    try:
+        async with asyncio.timeout(5):
+            while (state := hass.states.get(entity_id)) is None or state.state != wanted:
+                changed.clear()
+                await changed.wait()
+    finally:
+        unsub()
+
+
+async def tts_stops(device: SimulatedDevice, count: int = 1) -> None:
+    async with asyncio.timeout(30):
+        while device.count(lambda m: m.get("type") == "tts" and m.get("state") == "stop") < count:
+            device._logged.clear()
+            await device._logged.wait()
+
+
+@pytest.mark.parametrize("version", [2, 3])
+async def test_framing_v2_v3(hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any], version: int) -> None:
+    sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, protocol_version=version))
+    await sim.connect()
+    await wait_settled(hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC])
+    sim.relisten = False
+    await sim.say(speech_pcm())
+    await tts_stops(sim)
+    assert float(next(m for m in sim.log if m["type"] == "stt")["text"].split()[1]) >= 1.0
+    assert len(sim.speaker_pcm) / 2 / 24000 >= speech_seconds(ready.agent.reply) - 0.1
+    await sim.drop()
+
+
+async def test_manual_mode_ends_the_conversation(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    await device.say(speech_pcm(), mode="manual")  # press, speak, release
+    await tts_stops(device)
+    await device.wait_closed()  # no follow-up asked: the server ends the conversation
+    assert device.device_state == "idle"
+    assert ready.agent.inputs[0].text.startswith("heard ")
+
+
+async def test_follow_up_keeps_the_conversation(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    ready.agent.continue_conversation = True
+    await device.say(speech_pcm())
+    await tts_stops(device)
+    # Auto mode: after tts stop the device sent listen start again; it speaks again.
+    assert device.device_state == "listening"
+    await device.say(speech_pcm(), start=False)
+    await tts_stops(device, 2)
+    first, second = ready.agent.inputs[:2]
+    assert first.conversation_id == second.conversation_id
+
+
+async def test_wake_phrase_is_passed_on(hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any]) -> None:
+    """Two boxes hear the same wake word: HA's duplicate-wake-up rule lets one answer."""
+    from .conftest import MAC2, TOKEN2
+
+    one = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC))
+    two = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN2, mac=MAC2))
+    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    for sim, mac in ((one, MAC), (two, MAC2)):
+        await sim.connect()
+        await wait_settled(hub.devices[mac])
+        sim.relisten = False
+    await asyncio.gather(one.say(speech_pcm(), wake_word="你好小智"), two.say(speech_pcm(), wake_word="你好小智"))
+    waiters = {asyncio.create_task(tts_stops(sim)): sim for sim in (one, two)}
+    done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    answered = waiters[done.pop()]
+    other = two if answered is one else one
+    await other.wait_closed()  # the duplicate ended its conversation quietly
+    assert len(ready.agent.inputs) == 1
+    for sim in (one, two):
+        assert not any(m.get("type") == "alert" for m in sim.log)
+        await sim.drop()
+
+
+async def test_typed_text(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    await device.send_json({"type": "listen", "state": "detect", "text": "what time is it"})
+    await tts_stops(device)
+    assert ready.agent.inputs[0].text == "what time is it"
+    assert ready.stt.received == []  # no speech-to-text for typed text
+    assert len(device.speaker_pcm) > 0
+
+
+async def test_streaming_tts_starts_early(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    ready.agent._attr_supports_streaming = True
+    ready.agent.reply = (
+        "Here is a longer answer so that the speech starts while the agent is still writing. "
+        "It has a second sentence as well."
+    )
+    device.relisten = False
+    await device.say(speech_pcm())
+    await tts_stops(device)
+    order = kinds(device)
+    assert order.count("tts:start") == 1
+    assert order.count("tts:stop") == 1
+    # Speech began before the agent had finished (its final emotion comes after tts start).
+    assert order.index("tts:start") < max(i for i, k in enumerate(order) if k == "llm")
+    assert len(device.speaker_pcm) / 2 / 24000 >= speech_seconds(ready.agent.reply) - 0.2
+
+
+async def test_abort_stops_the_answer(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    ready.agent.reply = "This answer goes on. " * 20  # about 20 seconds of speech
+    device.relisten = False
+    await device.say(speech_pcm())
+    await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "start", timeout=30)
+    await device.wait_audio(3)
+    await device.abort()
+    await tts_stops(device)
+    assert len(device.speaker_pcm) / 2 / 24000 < 5  # stopped long before the end
+    await wait_state(hass, "assist_satellite.kitchen", "idle")
+
+
+async def test_pipeline_error_becomes_an_alert(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    ready.agent.fail = True
+    device.relisten = False
+    await device.say(speech_pcm())
+    alert = await device.wait_message(lambda m: m.get("type") == "alert", timeout=30)
+    assert set(alert) == {"type", "status", "message", "emotion"}
+    assert all(isinstance(alert[k], str) and alert[k] for k in ("status", "message", "emotion"))
+    await tts_stops(device)  # the device is brought back out of listening
+
+
+async def test_announce(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    await hass.services.async_call(
+        "assist_satellite",
+        "announce",
+        {"entity_id": "assist_satellite.kitchen", "message": "Dinner is ready", "preannounce": False},
+        blocking=True,
+    )
+    # The action returned after playback, with tts stop sent; the device reads it next.
+    await tts_stops(device)
+    assert kinds(device) == ["tts:start", "tts:sentence_start", "tts:stop"]
+    assert device.log[1]["text"] == "Dinner is ready"
+    assert len(device.speaker_pcm) / 2 / 24000 >= speech_seconds("Dinner is ready") - 0.1
+
+
+async def test_announce_while_away(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    from homeassistant.exceptions import HomeAssistantError
+
+    await device.drop()
+    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    await hub.async_wait_no_connections()
+    with pytest.raises(HomeAssistantError) as err:
+        await hass.services.async_call(
+            "assist_satellite",
+            "announce",
+            {"entity_id": "assist_satellite.kitchen", "message": "Hello", "preannounce": False},
+            blocking=True,
+        )
+    assert err.value.translation_key == "device_offline"
+    assert "Kitchen is not connected" in str(err.value)
+    assert ready.tts.messages == []  # refused before any speech was made
+
+
+async def test_start_conversation(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    await hass.services.async_call(
+        "assist_satellite",
+        "start_conversation",
+        {
+            "entity_id": "assist_satellite.kitchen",
+            "start_message": "Shall I turn off the lights?",
+            "extra_system_prompt": "The user was asked about the lights.",
+            "preannounce": False,
+        },
+        blocking=True,
+    )
+    # After the question the device listens (auto mode: listen start after tts stop); the user answers.
+    await tts_stops(device)
+    assert device.device_state == "listening"
+    await device.say(speech_pcm(), start=False)
+    await tts_stops(device, 2)
+    assert ready.agent.inputs[0].extra_system_prompt == "The user was asked about the lights."
+
+
+async def test_silence_ends_the_conversation(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    from homeassistant.util import dt as dt_util
+    from pytest_homeassistant_custom_component.common import async_fire_time_changed
+
+    await device.say(b"", silence_after=0.5)  # listening, nobody speaks
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=25))
+    await device.wait_closed()
+    assert not any(m.get("type") == "alert" for m in device.log)
+
+
+async def test_bad_audio_input_survives(
+    hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, protocol_version=2))
+    await sim.connect()
+    await wait_settled(hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC])
+    sim.relisten = False
+    from xiaozhi_sim.voice import frame
+
+    await sim.send_raw(frame(2, b"\x01\x02\x03"))  # audio before listen start
+    await sim.send_json({"type": "listen", "state": "stop"})  # stop without start
+    await sim.send_json({"type": "listen", "state": "start", "mode": "auto"})
+    await sim.send_raw(frame(2, b"\xff" * 40))  # undecodable Opus
+    await sim.send_raw(frame(2, b"\x01" * 10)[:-3] + b"\x00" * 8)  # a v2 header that lies about its length
+    await sim.send_raw(frame(2, b""))  # empty (DTX) packet
+    await sim.say(speech_pcm())  # a second listen start replaces the first turn; it still works
+    await tts_stops(sim)
+    assert float(next(m for m in sim.log if m["type"] == "stt")["text"].split()[1]) >= 1.0
+    for kind in ("audio_outside_turn", "stop_without_start", "bad_opus", "bad_frame"):
+        assert kind in caplog.text, kind
+    await sim.drop()

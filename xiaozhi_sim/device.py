@@ -242,6 +242,7 @@ class SimulatedDevice:
             return
         packet = unframe(self.options.protocol_version, data)
         self.audio.append(packet)
+        self._logged.set()  # wakes wait_audio as well
         if self._speaker is not None:
             with contextlib.suppress(av.error.FFmpegError):  # logged and dropped by the firmware
                 self.speaker_pcm += self._speaker.decode(packet)
@@ -272,6 +273,13 @@ class SimulatedDevice:
                 self._logged.clear()
                 await self._logged.wait()
 
+    async def wait_audio(self, packets: int, timeout: float = 10.0) -> None:
+        """Until the speaker has received ``packets`` packets in this session."""
+        async with asyncio.timeout(timeout):
+            while len(self.audio) < packets:
+                self._logged.clear()
+                await self._logged.wait()
+
     def count(self, predicate: Callable[[dict[str, Any]], bool]) -> int:
         """How many logged server messages match."""
         return sum(1 for msg in self.log if predicate(msg))
@@ -283,31 +291,37 @@ class SimulatedDevice:
         mode: str = "auto",
         wake_word: str | None = None,
         silence_after: float = 3.0,
+        start: bool = True,
     ) -> None:
         """A spoken turn: (``listen detect``), ``listen start``, the microphone's packets, then silence.
 
         Auto mode keeps streaming silence, as the firmware streams continuously, until the server
         ends the turn (``stt`` or ``tts start``) or ``silence_after`` seconds of it were sent.
-        Manual mode sends ``listen stop`` after the speech (push-to-talk released).
+        Manual mode sends ``listen stop`` after the speech (push-to-talk released). ``start=False``
+        streams into a turn the device already started (after ``tts stop`` in auto mode).
         """
         self.listening_mode = mode
         if wake_word is not None:
             await self.send_json(
                 {"session_id": self.session_id, "type": "listen", "state": "detect", "text": wake_word}
             )
-        await self.send_json({"session_id": self.session_id, "type": "listen", "state": "start", "mode": mode})
+        if start:
+            await self.send_json({"session_id": self.session_id, "type": "listen", "state": "start", "mode": mode})
         self.device_state = "listening"
         marker = len(self.log)
         encoder = MicEncoder()
         silence = bytes(int(UPLINK_RATE * 2 * silence_after)) if mode != "manual" else b""
-        for packet in encoder.packets(pcm + silence):
-            if any(m.get("type") in ("stt", "tts") for m in self.log[marker:]):
-                break  # the server ended the turn
-            await self.send_raw(frame(self.options.protocol_version, packet))
-            await asyncio.sleep(0.002)  # faster than real time, but not a flood
-        if mode == "manual":
-            await self.send_json({"session_id": self.session_id, "type": "listen", "state": "stop"})
-            self.device_state = "idle"
+        try:
+            for packet in encoder.packets(pcm + silence):
+                if any(m.get("type") in ("stt", "tts") for m in self.log[marker:]) or self.closed.is_set():
+                    break  # the server ended the turn (or the conversation)
+                await self.send_raw(frame(self.options.protocol_version, packet))
+                await asyncio.sleep(0.002)  # faster than real time, but not a flood
+            if mode == "manual":
+                await self.send_json({"session_id": self.session_id, "type": "listen", "state": "stop"})
+                self.device_state = "idle"
+        except ConnectionClosed:
+            self.device_state = "idle"  # the server closed the socket: the firmware goes idle
 
     async def abort(self, reason: str | None = None) -> None:
         """Button (no reason) or wake word (``wake_word_detected``) while speaking."""

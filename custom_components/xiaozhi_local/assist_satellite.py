@@ -86,6 +86,9 @@ EMOTION_ERROR: Final = "sad"
 
 SATELLITE = EntityDescription(key="assist_satellite", name=None)
 
+QUIET_ERRORS: Final = frozenset({"stt-no-text-recognized"})
+"""Pipeline errors that mean "nobody said anything": no alert, the device just listens again."""
+
 
 def _is_wake_phrase(text: str) -> bool:
     cleaned = text.replace("<detect>", "").replace("</detect>", "").strip().lower().strip("!！.。,， ")
@@ -175,11 +178,6 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
                 self._tts_task.cancel()
 
         self.async_on_remove(release)
-
-    @property
-    def available(self) -> bool:
-        """Reachable only while connected (a stock device connects per conversation)."""
-        return self.device.connected
 
     # -- configuration (the device does its own wake word) ------------------------------------
 
@@ -271,7 +269,12 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         wake_phrase, self._wake_phrase = self._wake_phrase, None
         if mode != "manual":
             timeout = self._config_entry().options.get(CONF_SILENCE_TIMEOUT, DEFAULT_SILENCE_TIMEOUT)
-            turn.cancel_silence = async_call_later(self.hass, timeout, lambda _now: self._on_silence(turn))
+
+            @callback
+            def silence(_now: Any) -> None:
+                self._on_silence(turn)
+
+            turn.cancel_silence = async_call_later(self.hass, timeout, silence)
         self._config_entry().async_create_background_task(
             self.hass, self._async_run_turn(turn, wake_phrase), f"xiaozhi_local turn {self.device.mac}"
         )
@@ -402,8 +405,14 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             case PipelineEventType.ERROR:
                 if turn is not None:
                     turn.end_audio()
-                message = str(data.get("message") or data.get("code") or "error")
-                self._send({"type": "alert", "status": "Error", "message": message, "emotion": EMOTION_ERROR})
+                code = data.get("code")
+                if code == "duplicate_wake_up_detected":
+                    # Another box in the room heard the same wake word and answers: end quietly.
+                    if self._run_connection is not None:
+                        self.hass.async_create_task(self._run_connection.async_close("another device answers"))
+                elif code not in QUIET_ERRORS:
+                    message = str(data.get("message") or code or "error")
+                    self._send({"type": "alert", "status": "Error", "message": message, "emotion": EMOTION_ERROR})
             case PipelineEventType.RUN_END:
                 if not self._tts_started:
                     # No speech to play: a tts start/stop pair brings the device back to
@@ -486,15 +495,28 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
 
     # -- announcements -------------------------------------------------------------------------
 
-    async def async_announce(self, announcement: AssistSatelliteAnnouncement) -> None:
-        """Speak it now, blocking until it has been played. The device must be connected."""
-        connection = self.device.connection
-        if connection is None:
+    def _connection_or_raise(self) -> DeviceConnection:
+        if (connection := self.device.connection) is None:
             raise HomeAssistantError(
                 translation_domain=DOMAIN,
                 translation_key="device_offline",
                 translation_placeholders={"device": self.device.name},
             )
+        return connection
+
+    async def async_internal_announce(self, *args: Any, **kwargs: Any) -> None:
+        """Refuse before any speech is made when the device is away."""
+        self._connection_or_raise()
+        await super().async_internal_announce(*args, **kwargs)
+
+    async def async_internal_start_conversation(self, *args: Any, **kwargs: Any) -> None:
+        """Refuse before any speech is made when the device is away."""
+        self._connection_or_raise()
+        await super().async_internal_start_conversation(*args, **kwargs)
+
+    async def async_announce(self, announcement: AssistSatelliteAnnouncement) -> None:
+        """Speak it now, blocking until it has been played. The device must be connected."""
+        connection = self._connection_or_raise()
         self._cancel_tts()
         self._run_connection = connection
         sources: list[Callable[[], AsyncIterator[bytes]]] = []
@@ -514,11 +536,18 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
                 async for pcm in make():
                     yield pcm
 
-        self._tts_task = asyncio.current_task()
+        # Its own task: a barge-in cancels the playback, never the caller (the action).
+        task = self._config_entry().async_create_background_task(
+            self.hass,
+            self._async_play(connection, chained(), respond=False),
+            f"xiaozhi_local announce {self.device.mac}",
+        )
+        self._tts_task = task
         try:
-            await self._async_play(connection, chained(), respond=False)
-        finally:
-            self._tts_task = None
+            await asyncio.wait({task})  # returns when it is played (or interrupted)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
 
     async def async_start_conversation(self, start_announcement: AssistSatelliteAnnouncement) -> None:
         """Speak, then the device listens: in auto mode ``tts stop`` makes it open its microphone."""
