@@ -145,14 +145,20 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
     )
     assert result["errors"] == {"websocket_url": "invalid_websocket_url"}
     result = await hass.config_entries.options.async_configure(
-        result["flow_id"], {"accept_without_code": True, "websocket_url": " ws://10.0.0.2:8123/api/xiaozhi_local/v1/ "}
+        result["flow_id"],
+        {
+            "accept_without_code": True,
+            "websocket_url": " ws://10.0.0.2:8123/api/xiaozhi_local/v1/ ",
+            "silence_timeout": 45,
+        },
     )
     assert result["type"] is FlowResultType.CREATE_ENTRY
     assert hub.accept_without_code
     assert hub.websocket_url() == "ws://10.0.0.2:8123/api/xiaozhi_local/v1/"
+    assert setup_integration.options["silence_timeout"] == 45
     result = await hass.config_entries.options.async_init(setup_integration.entry_id)
     result = await hass.config_entries.options.async_configure(result["flow_id"], {"accept_without_code": False})
-    assert setup_integration.options == {"accept_without_code": False, "websocket_url": ""}
+    assert setup_integration.options == {"accept_without_code": False, "websocket_url": "", "silence_timeout": 20}
     assert hub.websocket_url() == websocket_url(hass)
 
 

@@ -38,7 +38,7 @@ from .const import CONF_SILENCE_TIMEOUT, DEFAULT_SILENCE_TIMEOUT, DOMAIN
 from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, async_setup_device_entities
 from .hub import XiaozhiConfigEntry
-from .protocol.audio import AudioError, OpusDecoder, OpusEncoder, Resampler, WavStream, split_sentences
+from .protocol.audio import AudioError, OpusDecoder, OpusEncoder, Pacer, Resampler, WavStream, split_sentences
 from .protocol.messages import DOWNLINK_SAMPLE_RATE, ControlMessage
 
 _LOGGER = logging.getLogger(__name__)
@@ -49,7 +49,6 @@ TTS_LEAD: Final = 0.3
 """Seconds of audio sent ahead of real time (the device queues 2.4 s and drops the rest)."""
 FIRST_FRAME_GAP: Final = 0.08
 """Pause between ``tts start`` and the first packet: the device resets its queue on entering speaking."""
-FRAME_SECONDS: Final = 0.06
 MAX_QUEUED_CHUNKS: Final = 100
 """Decoded uplink audio waiting for the pipeline (60 ms each: 6 s)."""
 
@@ -443,31 +442,22 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         loop = asyncio.get_running_loop()
         await connection.async_send_json({"type": "tts", "state": "start"})
         shown = 0
-        sent = 0.0  # seconds of audio sent
         try:
             if source is None:
                 return
-            encoder = OpusEncoder(DOWNLINK_SAMPLE_RATE)
-            await asyncio.sleep(FIRST_FRAME_GAP)
-            start = loop.time()
 
-            async def send(packet: bytes) -> None:
-                nonlocal sent, shown
-                shown = await self._show_sentences(connection, shown, sent)
-                delay = start + sent - TTS_LEAD - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                if not await connection.async_send_audio(packet, int(sent * 1000)):
-                    raise ConnectionError("device gone")  # noqa: TRY301 (ends the playback below)
-                sent += FRAME_SECONDS
+            async def send(packet: bytes, offset_ms: int) -> bool:
+                nonlocal shown
+                shown = await self._show_sentences(connection, shown, offset_ms / 1000)
+                return await connection.async_send_audio(packet, offset_ms)
 
+            pacer = Pacer(
+                OpusEncoder(DOWNLINK_SAMPLE_RATE), send, lead=TTS_LEAD, not_before=loop.time() + FIRST_FRAME_GAP
+            )
             async for pcm in source:
-                for packet in encoder.encode(pcm):
-                    await send(packet)
-            for packet in encoder.flush():
-                await send(packet)
+                await pacer.feed(pcm)
             await self._show_sentences(connection, shown, float("inf"))
-            await asyncio.sleep(max(0.0, start + sent - loop.time()))  # until it has been played
+            await pacer.finish()  # returns once the device has played it all
         except (ConnectionError, AudioError, HomeAssistantError) as err:
             _LOGGER.warning("Device %s: speech stopped: %s", self.device.mac, err)
         finally:

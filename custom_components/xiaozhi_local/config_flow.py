@@ -14,7 +14,16 @@ from homeassistant.core import callback
 from homeassistant.helpers import selector
 import probatio as vol
 
-from .const import CONF_ACCEPT_WITHOUT_CODE, CONF_MAC, CONF_TOKEN, CONF_WEBSOCKET_URL, DOMAIN, SUBENTRY_DEVICE
+from .const import (
+    CONF_ACCEPT_WITHOUT_CODE,
+    CONF_MAC,
+    CONF_SILENCE_TIMEOUT,
+    CONF_TOKEN,
+    CONF_WEBSOCKET_URL,
+    DEFAULT_SILENCE_TIMEOUT,
+    DOMAIN,
+    SUBENTRY_DEVICE,
+)
 from .hub import XiaozhiHub, async_get_hub, default_title
 from .pairing import CheckResult, new_token
 from .protocol.messages import normalize_mac
@@ -117,12 +126,21 @@ class XiaozhiOptionsFlow(OptionsFlow):
                 errors[CONF_WEBSOCKET_URL] = "invalid_websocket_url"
             else:
                 return self.async_create_entry(
-                    data={CONF_ACCEPT_WITHOUT_CODE: user_input[CONF_ACCEPT_WITHOUT_CODE], CONF_WEBSOCKET_URL: url}
+                    data={
+                        CONF_ACCEPT_WITHOUT_CODE: user_input[CONF_ACCEPT_WITHOUT_CODE],
+                        CONF_WEBSOCKET_URL: url,
+                        CONF_SILENCE_TIMEOUT: int(user_input[CONF_SILENCE_TIMEOUT]),
+                    }
                 )
         schema = vol.Schema(
             {
                 vol.Required(CONF_ACCEPT_WITHOUT_CODE, default=False): selector.BooleanSelector(),
                 vol.Optional(CONF_WEBSOCKET_URL): selector.TextSelector(),
+                vol.Required(CONF_SILENCE_TIMEOUT, default=DEFAULT_SILENCE_TIMEOUT): selector.NumberSelector(
+                    selector.NumberSelectorConfig(
+                        min=5, max=300, step=1, unit_of_measurement="s", mode=selector.NumberSelectorMode.BOX
+                    )
+                ),
             }
         )
         return self.async_show_form(

@@ -5,6 +5,8 @@ mono PCM for HA's speech-to-text. Downlink: PCM at the rate of the server hello 
 packets. Nothing here blocks for long: one packet costs well under a millisecond.
 """
 
+import asyncio
+from collections.abc import Awaitable, Callable
 import contextlib
 from dataclasses import dataclass
 from fractions import Fraction
@@ -234,3 +236,54 @@ _SENTENCE_END = re.compile(r"(?<=[.!?。！？；;…])\s*|\n+")
 def split_sentences(text: str) -> list[str]:
     """Sentences to show one by one (``tts sentence_start``), Chinese and Latin punctuation alike."""
     return [part.strip() for part in _SENTENCE_END.split(text) if part and part.strip()]
+
+
+# -- pacing ------------------------------------------------------------------------------------
+
+type SendPacket = Callable[[bytes, int], Awaitable[bool]]
+"""Send one packet (with its offset in ms); False when the peer is gone."""
+
+
+class Pacer:
+    """PCM → 60 ms Opus packets sent at real time plus ``lead`` seconds (the device's queue is small).
+
+    The first packet goes out as soon as 60 ms of audio exist, but not before ``not_before``
+    (loop time): the device resets its queue when it enters speaking after ``tts start``.
+    ``start`` is when the first packet went out; ``sent`` the seconds of audio sent since.
+    """
+
+    def __init__(self, encoder: OpusEncoder, send: SendPacket, *, lead: float, not_before: float) -> None:
+        self._encoder = encoder
+        self._send = send
+        self._lead = lead
+        self._not_before = not_before
+        self._loop = asyncio.get_running_loop()
+        self.start: float | None = None
+        self.sent = 0.0
+        self.late: list[float] = []  # how late each packet left, for the benchmark (seconds, ≥ 0)
+
+    async def feed(self, pcm: bytes) -> None:
+        """Encode and send what ``pcm`` completes."""
+        for packet in self._encoder.encode(pcm):
+            await self._send_packet(packet)
+
+    async def finish(self) -> None:
+        """Send the rest (zero-padded) and wait until the device has played everything."""
+        for packet in self._encoder.flush():
+            await self._send_packet(packet)
+        if self.start is not None:
+            await asyncio.sleep(max(0.0, self.start + self.sent - self._loop.time()))
+
+    async def _send_packet(self, packet: bytes) -> None:
+        now = self._loop.time()
+        if self.start is None:
+            if now < self._not_before:
+                await asyncio.sleep(self._not_before - now)
+            self.start = self._loop.time()
+        target = self.start + self.sent - self._lead
+        if (delay := target - self._loop.time()) > 0:
+            await asyncio.sleep(delay)
+        self.late.append(max(0.0, self._loop.time() - target))
+        if not await self._send(packet, int(self.sent * 1000)):
+            raise ConnectionError("the device is gone")
+        self.sent += OPUS_FRAME_MS / 1000

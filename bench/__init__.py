@@ -1,0 +1,1 @@
+"""Benchmarks of Xiaozhi Local (not part of the test run): ``python -m bench audio``."""

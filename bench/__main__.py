@@ -1,0 +1,186 @@
+"""``python -m bench audio``: the voice audio path on this machine, with figures.
+
+Measures the code the integration runs (``protocol/audio.py``):
+- Opus decode (uplink, 16 kHz 60 ms packets) and encode (downlink, 24 kHz) cost as real-time factors,
+  and how many concurrent streams (decode + encode) one core sustains;
+- the delay from the first TTS bytes to the first Opus packet handed to the socket;
+- the downlink pacing jitter with N concurrent paced streams on one event loop, and that loop's lag.
+
+Prints the figures and writes them to ``bench/README.md``.
+"""
+
+import argparse
+from array import array
+import asyncio
+import math
+import os
+from pathlib import Path
+import platform
+import sys
+import time
+import wave
+
+from custom_components.xiaozhi_local.protocol.audio import OpusDecoder, OpusEncoder, Pacer
+
+ROOT = Path(__file__).parent
+SPEECH = ROOT.parent / "tests" / "fixtures" / "speech_16k.wav"
+
+
+def tone(seconds: float, rate: int) -> bytes:
+    return array(
+        "h", (int(8000 * math.sin(2 * math.pi * 330 * i / rate)) for i in range(int(seconds * rate)))
+    ).tobytes()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def codec_costs() -> dict[str, float]:
+    with wave.open(str(SPEECH)) as w:
+        speech = w.readframes(w.getnframes())
+    uplink = OpusEncoder(16000)
+    packets = uplink.encode(speech * 10) + uplink.flush()
+    decoder = OpusDecoder()
+    t0 = time.perf_counter()
+    for packet in packets:
+        decoder.decode(packet)
+    decode_s = (time.perf_counter() - t0) / len(packets)
+    pcm = tone(30, 24000)
+    encoder = OpusEncoder(24000)
+    t0 = time.perf_counter()
+    out = encoder.encode(pcm)
+    encode_s = (time.perf_counter() - t0) / len(out)
+    return {
+        "decode_ms_per_packet": decode_s * 1000,
+        "encode_ms_per_packet": encode_s * 1000,
+        "decode_rtf": decode_s / 0.06,
+        "encode_rtf": encode_s / 0.06,
+        "streams_per_core": 0.06 / (decode_s + encode_s),
+    }
+
+
+async def first_packet_delay(trials: int = 50) -> list[float]:
+    """TTS gives its first 4 KiB (85 ms at 24 kHz) long after ``tts start``: time until a packet leaves."""
+    loop = asyncio.get_running_loop()
+    delays = []
+    chunk = tone(4096 / 2 / 24000, 24000)
+    for _ in range(trials):
+        sent = asyncio.Event()
+        first_at = 0.0
+
+        async def send(packet: bytes, offset: int, sent: asyncio.Event = sent) -> bool:
+            nonlocal first_at
+            if not sent.is_set():
+                first_at = loop.time()
+                sent.set()
+            return True
+
+        pacer = Pacer(OpusEncoder(24000), send, lead=0.3, not_before=loop.time() - 0.2)
+        t0 = loop.time()
+        await pacer.feed(chunk)
+        await sent.wait()
+        delays.append(first_at - t0)
+    return delays
+
+
+async def pacing(streams: int, seconds: float) -> dict[str, float]:
+    """``streams`` paced downlinks at once (no lead: every packet has a due time) and the loop's lag."""
+    loop = asyncio.get_running_loop()
+    pcm = tone(seconds, 24000)
+    pacers: list[Pacer] = []
+    lags: list[float] = []
+    done = asyncio.Event()
+
+    async def measure_lag() -> None:
+        while not done.is_set():
+            t0 = loop.time()
+            await asyncio.sleep(0.01)
+            lags.append(max(0.0, loop.time() - t0 - 0.01))
+
+    async def one() -> None:
+        async def send(packet: bytes, offset: int) -> bool:
+            return True
+
+        pacer = Pacer(OpusEncoder(24000), send, lead=0.0, not_before=loop.time())
+        pacers.append(pacer)
+        for start in range(0, len(pcm), 9600):  # TTS arrives in 200 ms chunks
+            await pacer.feed(pcm[start : start + 9600])
+
+    lag_task = asyncio.create_task(measure_lag())
+    await asyncio.gather(*(one() for _ in range(streams)))
+    done.set()
+    await lag_task
+    late = [x for p in pacers for x in p.late[1:]]
+    return {
+        "streams": streams,
+        "jitter_p50_ms": pct(late, 50) * 1000,
+        "jitter_p99_ms": pct(late, 99) * 1000,
+        "jitter_max_ms": max(late) * 1000,
+        "loop_lag_p99_ms": pct(lags, 99) * 1000,
+    }
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {platform.system()} {platform.machine()}"
+    )
+
+
+async def audio(args: argparse.Namespace) -> str:
+    costs = codec_costs()
+    delays = await first_packet_delay()
+    runs = [await pacing(n, args.seconds) for n in args.streams]
+    lines = [
+        "## Audio path (`python -m bench audio`)",
+        "",
+        f"Machine: {machine()}. Measured {time.strftime('%Y-%m-%d')}.",
+        "",
+        "| Figure | Result | Goal |",
+        "|---|---|---|",
+        f"| Opus decode, 60 ms uplink packet (16 kHz) | {costs['decode_ms_per_packet']:.3f} ms "
+        f"(real-time factor {costs['decode_rtf']:.4f}) | |",
+        f"| Opus encode, 60 ms downlink packet (24 kHz) | {costs['encode_ms_per_packet']:.3f} ms "
+        f"(real-time factor {costs['encode_rtf']:.4f}) | |",
+        f"| Concurrent streams (decode + encode) one core sustains | {costs['streams_per_core']:.0f} | ≥ 100 |",
+        f"| First TTS bytes → first Opus packet sent (p50 / p99) | {pct(delays, 50) * 1000:.2f} / "
+        f"{pct(delays, 99) * 1000:.2f} ms | < 20 ms |",
+    ]
+    for run in runs:
+        lines.append(
+            f"| Pacing jitter, {run['streams']} concurrent streams (p50 / p99 / max) | "
+            f"{run['jitter_p50_ms']:.2f} / {run['jitter_p99_ms']:.2f} / {run['jitter_max_ms']:.2f} ms; "
+            f"event-loop lag p99 {run['loop_lag_p99_ms']:.2f} ms | p99 < 15 ms |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("which", choices=["audio"])
+    parser.add_argument("--streams", type=int, nargs="+", default=[1, 20, 100])
+    parser.add_argument("--seconds", type=float, default=5.0, help="audio per paced stream")
+    parser.add_argument("--no-write", action="store_true", help="print only; do not update bench/README.md")
+    args = parser.parse_args()
+    report = asyncio.run(audio(args))
+    print(report)
+    if not args.no_write:
+        (ROOT / "README.md").write_text(
+            "# Benchmarks\n\nFigures from one run of one command, so they can be compared next time. "
+            "They are not part of the test run.\n\n"
+            "Reproduce: `script/bootstrap && .venv/bin/python -m bench audio`.\n\n" + report + "\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Opus both ways, framing, WAV streams, sentences and pacing (pure, no Home Assistant)."""
+
+from array import array
+import asyncio
+import math
+import struct
+
+import pytest
+
+from custom_components.xiaozhi_local.protocol.audio import (
+    AudioError,
+    OpusDecoder,
+    OpusEncoder,
+    Pacer,
+    Resampler,
+    WavStream,
+    pack_frame,
+    split_sentences,
+    unpack_frame,
+)
+from custom_components.xiaozhi_local.protocol.messages import FrameError
+
+
+def tone(seconds: float, rate: int) -> bytes:
+    return array(
+        "h", (int(8000 * math.sin(2 * math.pi * 440 * i / rate)) for i in range(int(seconds * rate)))
+    ).tobytes()
+
+
+def test_opus_round_trip_16k() -> None:
+    encoder = OpusEncoder(16000)
+    packets = encoder.encode(tone(1.0, 16000)) + encoder.flush()
+    assert 16 <= len(packets) <= 18  # 60 ms each
+    decoder = OpusDecoder()
+    pcm = b"".join(decoder.decode(p) for p in packets)
+    assert abs(len(pcm) / 2 / 16000 - 1.0) < 0.1
+
+
+def test_decoder_takes_24k_packets_and_refuses_garbage() -> None:
+    encoder = OpusEncoder(24000)
+    packets = encoder.encode(tone(0.12, 24000))
+    assert len(packets) == 2
+    pcm = OpusDecoder().decode(packets[0])
+    assert len(pcm) // 2 in range(900, 961)  # 60 ms at 16 kHz (first packet has the pre-skip)
+    with pytest.raises(AudioError):
+        OpusDecoder().decode(b"\xff" * 40)
+
+
+def test_encoder_buffers_partial_frames() -> None:
+    encoder = OpusEncoder(24000)
+    assert encoder.encode(b"\0" * (encoder.frame_bytes - 2)) == []
+    assert len(encoder.encode(b"\0" * 2)) == 1
+    encoder.flush()
+    assert encoder.flush() == []  # a second flush is harmless and sends nothing
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_framing_round_trip(version: int) -> None:
+    frame = pack_frame(version, b"opus", timestamp=1234)
+    assert unpack_frame(version, frame) == b"opus"
+    assert len(frame) == 4 + {1: 0, 2: 16, 3: 4}[version]
+
+
+def test_v2_header_fields() -> None:
+    frame = pack_frame(2, b"xy", timestamp=0x1_0000_0005)
+    assert struct.unpack(">HHIII", frame[:16]) == (2, 0, 0, 5, 2)
+
+
+@pytest.mark.parametrize(
+    ("version", "frame"),
+    [
+        (2, b"\x00" * 10),
+        (2, struct.pack(">HHIII", 2, 0, 0, 0, 99) + b"short"),
+        (3, b"\x00"),
+        (3, struct.pack(">BBH", 0, 0, 1) + b"toolong"),
+    ],
+)
+def test_lying_headers(version: int, frame: bytes) -> None:
+    with pytest.raises(FrameError) as err:
+        unpack_frame(version, frame)
+    assert err.value.kind == "bad_frame"
+
+
+def wav_header(rate: int, channels: int = 1, bits: int = 16, fmt: int = 1, extra: bytes = b"") -> bytes:
+    fmt_chunk = struct.pack("<HHIIHH", fmt, channels, rate, rate * channels * 2, channels * 2, bits)
+    return (
+        b"RIFF"
+        + b"\xff\xff\xff\xff"
+        + b"WAVE"
+        + extra
+        + b"fmt "
+        + struct.pack("<I", len(fmt_chunk))
+        + fmt_chunk
+        + b"data"
+        + b"\xff\xff\xff\xff"
+    )
+
+
+def test_wav_stream_in_pieces_with_bogus_sizes() -> None:
+    data = wav_header(24000, extra=b"LIST" + struct.pack("<I", 3) + b"abc\0") + b"\x01\x02" * 100 + b"\x03"
+    stream = WavStream()
+    pcm = b"".join(stream.feed(data[i : i + 7]) for i in range(0, len(data), 7))
+    assert stream.format is not None
+    assert (stream.format.sample_rate, stream.format.channels) == (24000, 1)
+    assert pcm == b"\x01\x02" * 100  # the odd trailing byte waits for its pair
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"OggS" + b"\0" * 20, wav_header(16000, bits=8), wav_header(16000, fmt=3), wav_header(16000, channels=6)],
+)
+def test_wav_stream_refuses_what_it_cannot_play(data: bytes) -> None:
+    with pytest.raises(AudioError):
+        WavStream().feed(data)
+
+
+def test_resampler() -> None:
+    stereo = array("h", [100, -100] * 22050).tobytes()  # 1 s at 22.05 kHz, stereo
+    out = Resampler(22050, 2, 24000).convert(stereo)
+    assert abs(len(out) / 2 / 24000 - 1.0) < 0.02
+    assert Resampler(16000, 1, 24000).convert(b"\x01") == b""
+
+
+def test_sentences() -> None:
+    assert split_sentences("Hello there. How are you? 我很好。谢谢！\nBye") == [
+        "Hello there.",
+        "How are you?",
+        "我很好。",
+        "谢谢！",
+        "Bye",
+    ]
+    assert split_sentences("   ") == []
+
+
+async def test_pacer_sends_every_packet_in_order() -> None:
+    sent: list[int] = []
+
+    async def send(packet: bytes, offset_ms: int) -> bool:
+        sent.append(offset_ms)
+        return True
+
+    loop = asyncio.get_running_loop()
+    # A lead longer than the audio: nothing waits, so the test measures order, not time.
+    pacer = Pacer(OpusEncoder(24000), send, lead=100, not_before=loop.time() - 1)
+    await pacer.feed(tone(0.5, 24000))
+    assert sent == [i * 60 for i in range(8)]  # 8 whole frames so far
+    pacer._loop = loop  # finish() waits for playback: make "now" the end of it
+    pacer.start = loop.time() - 10
+    await pacer.finish()
+    assert sent[:9] == [i * 60 for i in range(9)]
+    assert pacer.sent == pytest.approx(len(sent) * 0.06)
+    assert len(pacer.late) == len(sent)
+
+
+async def test_pacer_stops_when_the_device_is_gone() -> None:
+    async def gone(packet: bytes, offset_ms: int) -> bool:
+        return False
+
+    pacer = Pacer(OpusEncoder(24000), gone, lead=100, not_before=0)
+    with pytest.raises(ConnectionError):
+        await pacer.feed(tone(0.1, 24000))
