@@ -287,3 +287,33 @@ async def test_bad_audio_input_survives(
     for kind in ("audio_outside_turn", "stop_without_start", "bad_opus", "bad_frame"):
         assert kind in caplog.text, kind
     await sim.drop()
+
+
+async def test_announce_media_url_with_preannounce(
+    hass: HomeAssistant, ready: Voice, device: SimulatedDevice, client: TestClient[Any, Any]
+) -> None:
+    """Media (and the preannounce sound) come from a URL, converted by HA's real ffmpeg."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from .voice import tone_wav
+
+    async def chime(request: web.Request) -> web.Response:
+        return web.Response(body=tone_wav(0.5, 16000), content_type="audio/wav")
+
+    app = web.Application()
+    app.router.add_get("/chime.wav", chime)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    url = str(server.make_url("/chime.wav"))
+    await hass.services.async_call(
+        "assist_satellite",
+        "announce",
+        {"entity_id": "assist_satellite.kitchen", "media_id": url, "preannounce_media_id": url},
+        blocking=True,
+    )
+    await tts_stops(device)
+    assert kinds(device) == ["tts:start", "tts:stop"]  # media without text: nothing to show
+    played = len(device.speaker_pcm) / 2 / 24000
+    assert 0.9 <= played <= 1.3  # the chime twice, both through ffmpeg
+    await server.close()
