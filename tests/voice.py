@@ -18,7 +18,7 @@ from homeassistant.components.assist_pipeline.pipeline import async_get_pipeline
 from homeassistant.components.tts.entity import TTSAudioRequest, TTSAudioResponse
 from homeassistant.config_entries import ConfigEntry, ConfigFlow
 from homeassistant.core import HomeAssistant
-from homeassistant.helpers import intent
+from homeassistant.helpers import intent, llm
 from homeassistant.helpers.entity_platform import AddEntitiesCallback
 from pytest_homeassistant_custom_component.common import (
     MockConfigEntry,
@@ -148,6 +148,9 @@ class TestAgent(conversation.ConversationEntity):
         self.reply = "The kitchen light is on. Anything else?"
         self.continue_conversation = False
         self.fail = False
+        self.tool_plan: list[tuple[str, dict[str, Any]]] = []  # tools to call, as an LLM would
+        self.tool_results: list[Any] = []
+        self.tool_names: list[str] = []  # what the Assist API offered
 
     @property
     def supported_languages(self) -> Literal["*"]:
@@ -159,6 +162,12 @@ class TestAgent(conversation.ConversationEntity):
         self.inputs.append(user_input)
         if self.fail:
             raise ValueError("the agent broke")
+        if self.tool_plan:
+            await chat_log.async_provide_llm_data(user_input.as_llm_context(TEST_DOMAIN), llm.LLM_API_ASSIST)
+            assert chat_log.llm_api is not None
+            self.tool_names = [tool.name for tool in chat_log.llm_api.tools]
+            for name, args in self.tool_plan:
+                self.tool_results.append(await chat_log.llm_api.async_call_tool(llm.ToolInput(name, args)))
         if self._attr_supports_streaming:
 
             async def deltas() -> AsyncGenerator[conversation.AssistantContentDeltaDict]:

@@ -2,12 +2,13 @@
 
 from homeassistant.const import Platform
 from homeassistant.core import HomeAssistant
-from homeassistant.helpers import config_validation as cv
+from homeassistant.helpers import config_validation as cv, llm as llm_helper
 from homeassistant.helpers.typing import ConfigType
 
 from .const import DOMAIN
 from .http import XiaozhiWebSocketView
 from .hub import XiaozhiConfigEntry, XiaozhiHub
+from .llm import API_NAME, XiaozhiDevicesAPI
 from .ota import XiaozhiActivateView, XiaozhiOtaView
 from .services import async_setup_services
 
@@ -29,6 +30,7 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     hass.http.register_view(XiaozhiWebSocketView())
     hass.http.register_view(XiaozhiOtaView())
     hass.http.register_view(XiaozhiActivateView())
+    llm_helper.async_register_api(hass, XiaozhiDevicesAPI(hass=hass, id=DOMAIN, name=API_NAME))
     async_setup_services(hass)
     return True
 
