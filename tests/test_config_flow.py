@@ -158,7 +158,12 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
     assert setup_integration.options["silence_timeout"] == 45
     result = await hass.config_entries.options.async_init(setup_integration.entry_id)
     result = await hass.config_entries.options.async_configure(result["flow_id"], {"accept_without_code": False})
-    assert setup_integration.options == {"accept_without_code": False, "websocket_url": "", "silence_timeout": 20}
+    assert setup_integration.options == {
+        "accept_without_code": False,
+        "websocket_url": "",
+        "silence_timeout": 20,
+        "ai_task_entity": "",
+    }
     assert hub.websocket_url() == websocket_url(hass)
 
 

@@ -44,6 +44,14 @@ def state_of(hass: HomeAssistant, unique_suffix: str) -> str:
     return state.state
 
 
+def masked(attributes: dict[str, Any]) -> dict[str, Any]:
+    """Random per-run values (an image entity's access token) replaced by a marker."""
+    for key in ("access_token", "entity_picture"):
+        if key in attributes:
+            attributes[key] = "<random>"
+    return attributes
+
+
 def summary(hass: HomeAssistant, mac: str = MAC) -> list[dict[str, Any]]:
     """The whole entity set of a device: registry facts and state."""
     out = []
@@ -59,7 +67,7 @@ def summary(hass: HomeAssistant, mac: str = MAC) -> list[dict[str, Any]]:
                 "disabled_by": entry.disabled_by,
                 "unit": entry.unit_of_measurement,
                 "state": state.state if state else None,
-                "attributes": dict(state.attributes) if state else None,
+                "attributes": masked(dict(state.attributes)) if state else None,
             }
         )
     return out

@@ -37,7 +37,7 @@ async def upload_photo(server: McpServer, system_info: dict[str, Any], question:
         "Device-Id": system_info["mac_address"],
         "Client-Id": system_info["uuid"],
         "Content-Type": f"multipart/form-data; boundary={BOUNDARY}",
-        "Transfer-Encoding": "chunked",
+        # Transfer-Encoding: chunked, as the firmware sends it: aiohttp chunks a generator body.
     }
     if server.vision_token:
         headers["Authorization"] = f"Bearer {server.vision_token}"

@@ -11,6 +11,7 @@ from .hub import XiaozhiConfigEntry, XiaozhiHub
 from .llm import API_NAME, XiaozhiDevicesAPI
 from .ota import XiaozhiActivateView, XiaozhiOtaView
 from .services import async_setup_services
+from .vision import XiaozhiVisionView
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
 PLATFORMS = [
@@ -18,6 +19,7 @@ PLATFORMS = [
     Platform.BINARY_SENSOR,
     Platform.BUTTON,
     Platform.EVENT,
+    Platform.IMAGE,
     Platform.LIGHT,
     Platform.NUMBER,
     Platform.SELECT,
@@ -30,6 +32,7 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     hass.http.register_view(XiaozhiWebSocketView())
     hass.http.register_view(XiaozhiOtaView())
     hass.http.register_view(XiaozhiActivateView())
+    hass.http.register_view(XiaozhiVisionView())
     llm_helper.async_register_api(hass, XiaozhiDevicesAPI(hass=hass, id=DOMAIN, name=API_NAME))
     async_setup_services(hass)
     return True

@@ -16,6 +16,7 @@ import probatio as vol
 
 from .const import (
     CONF_ACCEPT_WITHOUT_CODE,
+    CONF_AI_TASK_ENTITY,
     CONF_MAC,
     CONF_SILENCE_TIMEOUT,
     CONF_TOKEN,
@@ -130,12 +131,16 @@ class XiaozhiOptionsFlow(OptionsFlow):
                         CONF_ACCEPT_WITHOUT_CODE: user_input[CONF_ACCEPT_WITHOUT_CODE],
                         CONF_WEBSOCKET_URL: url,
                         CONF_SILENCE_TIMEOUT: int(user_input[CONF_SILENCE_TIMEOUT]),
+                        CONF_AI_TASK_ENTITY: user_input.get(CONF_AI_TASK_ENTITY) or "",
                     }
                 )
         schema = vol.Schema(
             {
                 vol.Required(CONF_ACCEPT_WITHOUT_CODE, default=False): selector.BooleanSelector(),
                 vol.Optional(CONF_WEBSOCKET_URL): selector.TextSelector(),
+                vol.Optional(CONF_AI_TASK_ENTITY): selector.EntitySelector(
+                    selector.EntitySelectorConfig(domain="ai_task")
+                ),
                 vol.Required(CONF_SILENCE_TIMEOUT, default=DEFAULT_SILENCE_TIMEOUT): selector.NumberSelector(
                     selector.NumberSelectorConfig(
                         min=5, max=300, step=1, unit_of_measurement="s", mode=selector.NumberSelectorMode.BOX

@@ -34,9 +34,15 @@ class DeviceConnection:
     """The runtime side of one connection: wires a DeviceSession to aiohttp and to HA."""
 
     def __init__(
-        self, hass: HomeAssistant, device: XiaozhiDevice, ws: web.WebSocketResponse, client: ClientInfo
+        self,
+        hass: HomeAssistant,
+        device: XiaozhiDevice,
+        ws: web.WebSocketResponse,
+        client: ClientInfo,
+        vision_url: str | None = None,
     ) -> None:
         self.hass = hass
+        self.vision_url = vision_url
         self.device = device
         self.ws = ws
         self.client = client
@@ -153,7 +159,7 @@ class DeviceConnection:
         mcp = self.session.mcp
         try:
             try:
-                info = await mcp.initialize(timeout=DISCOVERY_TIMEOUT)
+                info = await mcp.initialize(self._capabilities(), timeout=DISCOVERY_TIMEOUT)
             except McpRemoteError as err:  # some clients skip initialize; tools/list may still work
                 self.log.report("initialize_failed", f"initialize failed: {err}")
                 info = mcp.server_info
@@ -167,6 +173,12 @@ class DeviceConnection:
         self.device.async_set_discovery(info, tools)
         self.discovered.set()
         await self.device.async_on_ready()
+
+    def _capabilities(self) -> dict[str, Any]:
+        """``vision``: where a camera board uploads photos, with a token just for that."""
+        if self.vision_url is None:
+            return {}
+        return {"vision": {"url": self.vision_url, "token": self.device.async_new_vision_token()}}
 
     async def _async_relist(self) -> None:
         """The device says its tools changed."""

@@ -7,9 +7,11 @@ DOMAIN: Final = "xiaozhi_local"
 
 WS_PATH: Final = "/api/xiaozhi_local/v1/"
 OTA_PATH: Final = "/api/xiaozhi_local/ota/"
+VISION_PATH: Final = "/api/xiaozhi_local/vision"
 
 CONF_ACCEPT_WITHOUT_CODE: Final = "accept_without_code"
 CONF_WEBSOCKET_URL: Final = "websocket_url"
+CONF_AI_TASK_ENTITY: Final = "ai_task_entity"
 CONF_SILENCE_TIMEOUT: Final = "silence_timeout"
 DEFAULT_SILENCE_TIMEOUT: Final = 20
 """Seconds a listening device may stay silent before the conversation is ended (socket closed)."""
@@ -18,6 +20,13 @@ SUBENTRY_DEVICE: Final = "device"
 CONF_MAC: Final = "mac"
 CONF_TOKEN: Final = "token"
 CONF_CLIENT_ID: Final = "client_id"
+
+VISION_TOKEN_TTL: Final = 30 * 60.0
+"""Seconds a per-connection camera upload token stays valid (it is not the device's main token)."""
+MAX_PHOTO: Final = 2 * 1024 * 1024
+"""A camera upload larger than this is refused with 413."""
+VISION_ANSWER_TIMEOUT: Final = 25.0
+"""The device waits 30 s for the upload's answer; answer within that."""
 
 MAX_OTA_BODY: Final = 64 * 1024
 """An OTA body is a few kB of system info; more is refused with 413."""

@@ -8,7 +8,10 @@ next connects.
 
 import asyncio
 from collections.abc import Callable
+from datetime import datetime
+import hmac
 import logging
+import secrets
 from typing import TYPE_CHECKING, Any, Protocol
 
 from homeassistant.config_entries import ConfigSubentry
@@ -18,7 +21,7 @@ from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers.typing import UNDEFINED
 from homeassistant.util import dt as dt_util
 
-from .const import CONF_MAC, CONF_TOKEN, DEFAULT_CALL_TIMEOUT, DOMAIN, MANUFACTURER
+from .const import CONF_MAC, CONF_TOKEN, DEFAULT_CALL_TIMEOUT, DOMAIN, MANUFACTURER, VISION_TOKEN_TTL
 from .protocol.mcp import (
     McpConnectionError,
     McpError,
@@ -33,8 +36,6 @@ from .protocol.session import OnceLogger
 from .tool_map import QUERY_TOOLS
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from .connection import DeviceConnection
     from .pairing import DeviceReport
     from .protocol.messages import ControlMessage
@@ -99,6 +100,9 @@ class XiaozhiDevice:
         self.queries: dict[str, Any] = dict(cache.get("queries", {}))
         """Last result of each query tool (parsed JSON), by tool name."""
         self.pending: dict[str, dict[str, Any]] = dict(cache.get("pending", {}))
+        self._vision_token: tuple[str, float] | None = None  # token, expiry (loop time)
+        self.photo: bytes | None = None  # the last camera photo (JPEG)
+        self.photo_at: datetime | None = None
         """Settings made while the device was away: key → {tool, arguments, value}."""
         registry_entry = dr.async_get(hass).async_get_or_create(
             config_entry_id=entry_id,
@@ -109,6 +113,28 @@ class XiaozhiDevice:
             name=subentry.title,
         )
         self.device_id = registry_entry.id
+
+    @callback
+    def async_new_vision_token(self) -> str:
+        """A short-lived token for camera uploads (sent in ``initialize``; not the main token)."""
+        token = secrets.token_urlsafe(24)
+        self._vision_token = (token, self.hass.loop.time() + VISION_TOKEN_TTL)
+        return token
+
+    @callback
+    def async_check_vision_token(self, token: str) -> bool:
+        """Constant-time check of an upload's token, and that it has not expired."""
+        if self._vision_token is None:
+            return False
+        expected, expires = self._vision_token
+        return hmac.compare_digest(expected.encode(), token.encode()) and self.hass.loop.time() < expires
+
+    @callback
+    def async_set_photo(self, jpeg: bytes) -> None:
+        """A photo arrived from the camera."""
+        self.photo = jpeg
+        self.photo_at = dt_util.utcnow()
+        self._async_notify()
 
     def as_cache(self) -> dict[str, Any]:
         """What to keep across restarts."""

@@ -10,6 +10,7 @@ from .connection import ClientInfo, DeviceConnection
 from .const import MAX_CONNECTION_MESSAGE, WS_PATH
 from .hub import async_get_hub
 from .protocol.messages import PROTOCOL_VERSIONS, normalize_mac
+from .urls import vision_url
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -80,5 +81,6 @@ class XiaozhiWebSocketView(HomeAssistantView):
             max_msg_size=MAX_CONNECTION_MESSAGE, autoping=False, compress=False, timeout=CLOSE_TIMEOUT
         )
         await ws.prepare(request)
-        await hub.async_run_connection(DeviceConnection(hass, device, ws, client))
+        connection = DeviceConnection(hass, device, ws, client, vision_url(hub.websocket_url()))
+        await hub.async_run_connection(connection)
         return ws

@@ -3,7 +3,7 @@
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.network import NoURLAvailableError, get_url
 
-from .const import OTA_PATH, WS_PATH
+from .const import OTA_PATH, VISION_PATH, WS_PATH
 
 FALLBACK_BASE = "http://homeassistant.local:8123"
 
@@ -23,3 +23,9 @@ def websocket_url(hass: HomeAssistant) -> str:
 def ota_url(hass: HomeAssistant) -> str:
     """The "Custom OTA URL" to type into a device's Wi-Fi portal."""
     return _base(hass) + OTA_PATH
+
+
+def vision_url(websocket: str) -> str:
+    """The camera upload URL on the same host and port as the WebSocket URL devices reach."""
+    base = websocket.split("/api/", 1)[0]
+    return "http" + base.removeprefix("ws") + VISION_PATH
