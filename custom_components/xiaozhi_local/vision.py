@@ -12,7 +12,6 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 from aiohttp.web_exceptions import HTTPUnauthorized
-from homeassistant.components import ai_task
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import entity_registry as er
@@ -83,6 +82,10 @@ async def answer(hass: HomeAssistant, device: XiaozhiDevice, question: str, opti
     image_entity = er.async_get(hass).async_get_entity_id("image", DOMAIN, f"{device.mac}-photo")
     if image_entity is None or "ai_task" not in hass.config.components:
         return {"success": False, "text": NO_AI_TASK}
+    # Imported only here: ai_task pulls in the camera component and its libraries, which the
+    # rest of the integration must not depend on.
+    from homeassistant.components import ai_task  # noqa: PLC0415
+
     try:
         async with asyncio.timeout(VISION_ANSWER_TIMEOUT):
             result = await ai_task.async_generate_data(
