@@ -180,3 +180,18 @@ def test_offered() -> None:
     assert not offered(McpTool("self.get_system_info", "", {}, user_only=True))
     assert not offered(McpTool("self.system.reconfigure_wifi", "", {}))
     assert not offered(McpTool("self.otto.factory_reset", "", {}))
+
+
+async def test_a_sane_number_of_tools_per_device(
+    hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any]
+) -> None:
+    from custom_components.xiaozhi_local.llm import MAX_TOOLS_PER_DEVICE
+
+    sim = await connect(hass, client, extra_tools=120)
+    api = await api_tools(hass, llm.LLM_API_ASSIST, device_id(hass))
+    ours = [t for t in api.tools if isinstance(t, XiaozhiTool)]
+    assert len(ours) == MAX_TOOLS_PER_DEVICE
+    # The device's descriptions are kept as they are.
+    extra = next(t for t in ours if t.tool.name == "self.extra.tool_000")
+    assert extra.description == sim.mcp.find("self.extra.tool_000").description  # type: ignore[union-attr]
+    await sim.drop()
