@@ -11,10 +11,11 @@ from homeassistant.helpers.event import async_track_state_change_event
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.xiaozhi_local.const import DOMAIN
+from custom_components.xiaozhi_local.const import DOMAIN, EVENT_NOTIFICATION
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import MAC, TOKEN, wait_settled, ws_url
+from .helpers import EventWaiter
 from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
 
 
@@ -98,6 +99,15 @@ async def tts_stops(device: SimulatedDevice, count: int = 1) -> None:
             await device._logged.wait()
 
 
+async def test_custom_wake_word(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    """An unknown phrase followed at once by listen start is a custom wake word, not a question."""
+    device.relisten = False
+    await device.say(speech_pcm(), wake_word="你好小明")
+    await tts_stops(device)
+    assert len(ready.agent.inputs) == 1
+    assert ready.agent.inputs[0].text.startswith("heard ")  # the speech was the question
+
+
 @pytest.mark.parametrize("version", [2, 3])
 async def test_framing_v2_v3(hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any], version: int) -> None:
     sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, protocol_version=version))
@@ -158,7 +168,14 @@ async def test_wake_phrase_is_passed_on(hass: HomeAssistant, ready: Voice, clien
 
 
 async def test_typed_text(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    from homeassistant.util import dt as dt_util
+    from pytest_homeassistant_custom_component.common import async_fire_time_changed
+
+    waiter = EventWaiter(hass, EVENT_NOTIFICATION)
     await device.send_json({"type": "listen", "state": "detect", "text": "what time is it"})
+    await device.send_notification("notifications/x")  # frames are handled in order:
+    await waiter.wait()  # once this arrived, the detect was handled
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=1))  # and no listen start followed
     await tts_stops(device)
     assert ready.agent.inputs[0].text == "what time is it"
     assert ready.stt.received == []  # no speech-to-text for typed text

@@ -49,6 +49,8 @@ TTS_LEAD: Final = 0.3
 """Seconds of audio sent ahead of real time (the device queues 2.4 s and drops the rest)."""
 FIRST_FRAME_GAP: Final = 0.08
 """Pause between ``tts start`` and the first packet: the device resets its queue on entering speaking."""
+WAKE_WORD_FOLLOW_UP: Final = 0.5
+"""Seconds within which a ``listen start`` makes an unknown ``listen detect`` text a wake word."""
 MAX_QUEUED_CHUNKS: Final = 100
 """Decoded uplink audio waiting for the pipeline (60 ms each: 6 s)."""
 
@@ -161,6 +163,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         self._tts_task: asyncio.Task[None] | None = None
         self._continue = False
         self._run_connection: DeviceConnection | None = None
+        self._deferred_detect: tuple[str, CALLBACK_TYPE] | None = None
 
     async def async_added_to_hass(self) -> None:
         """Take the device's voice."""
@@ -231,7 +234,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             elif _is_wake_phrase(text):
                 self._wake_phrase = text.strip()
             else:
-                self._start_text_run(connection, text.strip())
+                self._defer_detect(connection, text.strip())
         else:
             connection.log.report("bad_listen", f"listen with unknown state {state!r}")
 
@@ -259,7 +262,30 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         assert self.platform.config_entry is not None
         return self.platform.config_entry
 
+    def _defer_detect(self, connection: DeviceConnection, text: str) -> None:
+        """Text that is no known wake phrase: a custom wake word if ``listen start`` follows at once
+        (the firmware sends both back to back), else a typed utterance.
+        """
+        self._cancel_deferred_detect()
+
+        @callback
+        def typed(_now: Any) -> None:
+            self._deferred_detect = None
+            self._start_text_run(connection, text)
+
+        self._deferred_detect = (text, async_call_later(self.hass, WAKE_WORD_FOLLOW_UP, typed))
+
+    def _cancel_deferred_detect(self) -> str | None:
+        if self._deferred_detect is None:
+            return None
+        text, cancel = self._deferred_detect
+        self._deferred_detect = None
+        cancel()
+        return text
+
     def _start_turn(self, connection: DeviceConnection, mode: str) -> None:
+        if (custom_wake_word := self._cancel_deferred_detect()) is not None:
+            self._wake_phrase = custom_wake_word
         if self._turn is not None:
             self._turn.end_audio()  # a new listen start cancels the running turn
         self._cancel_tts()
