@@ -263,8 +263,10 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         return self.platform.config_entry
 
     def _defer_detect(self, connection: DeviceConnection, text: str) -> None:
-        """Text that is no known wake phrase: a custom wake word if ``listen start`` follows at once
-        (the firmware sends both back to back), else a typed utterance.
+        """Decide what a ``listen detect`` text that is no known wake phrase means.
+
+        A custom wake word if ``listen start`` follows at once (the firmware sends both back to
+        back); otherwise a typed utterance.
         """
         self._cancel_deferred_detect()
 
