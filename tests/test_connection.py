@@ -1,6 +1,7 @@
 """The device endpoint over real WebSockets into the test HA."""
 
 import asyncio
+import contextlib
 import json
 import logging
 from types import MappingProxyType
@@ -14,6 +15,7 @@ from homeassistant.helpers import device_registry as dr
 from homeassistant.util import dt as dt_util
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
+from websockets.exceptions import ConnectionClosed
 
 from custom_components.xiaozhi_local.const import DOMAIN, EVENT_NOTIFICATION, PING_INTERVAL, WS_PATH
 from custom_components.xiaozhi_local.protocol import session as proto_session
@@ -377,3 +379,35 @@ async def test_client_ping_is_answered(client: TestClient[Any, Any]) -> None:
         await ws.ping(b"hi")
         msg = await ws.receive()
         assert (msg.type, msg.data) == (WSMsgType.PONG, b"hi")
+
+
+async def test_a_flood_is_cut_off_without_starving_others(
+    hass: HomeAssistant, make_device: DeviceFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from custom_components.xiaozhi_local import connection
+
+    # No refill: the outcome depends on frame counts, not on how fast this machine sends.
+    monkeypatch.setattr(connection, "FRAME_RATE", 0.0)
+    monkeypatch.setattr(connection, "FRAME_BURST", 60.0)
+    monkeypatch.setattr(connection, "FLOOD_LIMIT", 200)
+    waiter = EventWaiter(hass, EVENT_NOTIFICATION)
+    flooder = await make_device()
+    other = await make_device(mac=MAC2, token=TOKEN2)
+    frame = json.dumps({"type": "mcp", "payload": {"jsonrpc": "2.0", "method": "notifications/spam"}})
+    with contextlib.suppress(ConnectionClosed):
+        for _ in range(10_000):
+            await flooder.send_raw(frame)
+    await flooder.wait_closed()  # cut off (the client may have queued all its frames by then)
+    assert "floods its connection" in caplog.text
+    await hass.async_block_till_done()
+    assert len(waiter.events) < 60  # what was over budget never reached the bus
+    # The other device was not starved.
+    result: Any = await hass.services.async_call(
+        DOMAIN,
+        "call_tool",
+        {"device_id": hub_device(hass, MAC2).device_id, "tool": "self.get_device_status"},
+        blocking=True,
+        return_response=True,
+    )
+    assert result["data"]["battery"]["level"] == 85
+    assert not other.closed.is_set()

@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 from homeassistant.core import HomeAssistant, callback
 
-from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION
+from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION, FLOOD_LIMIT, FRAME_BURST, FRAME_RATE
 from .device import XiaozhiDevice
 from .protocol import session as proto_session
 from .protocol.audio import pack_frame, unpack_frame
@@ -52,6 +52,9 @@ class DeviceConnection:
         self.settled = asyncio.Event()  # the connect-time round is over: settings applied, status read
         self.audio_frames = 0
         self.heard = True  # anything received since the last liveness sweep
+        self.dropped_frames = 0
+        self._tokens = FRAME_BURST
+        self._refilled = 0.0
         self.missed_pings = 0
         self._discovery: asyncio.Task[None] | None = None
 
@@ -72,6 +75,14 @@ class DeviceConnection:
                     await self.ws.close(code=4000, message=b"no hello")
                     return
                 self.heard = True
+                if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY) and not self._within_rate(loop.time()):
+                    self.dropped_frames += 1
+                    self.log.report("flood", f"sends faster than {FRAME_RATE:.0f} frames/s; dropping frames")
+                    if self.dropped_frames >= FLOOD_LIMIT:
+                        _LOGGER.warning("Device %s floods its connection; closing it", self.device.mac)
+                        await self.ws.close(code=1008, message=b"flood")
+                        return
+                    continue
                 if msg.type is WSMsgType.TEXT:
                     await self.session.handle_text(msg.data)
                 elif msg.type is WSMsgType.BINARY:
@@ -110,6 +121,15 @@ class DeviceConnection:
         self.session.close(reason)
         if not self.ws.closed:
             await self.ws.close(code=1000, message=reason.encode()[:120])
+
+    def _within_rate(self, now: float) -> bool:
+        """A token bucket: ``FRAME_RATE`` frames a second, bursts of ``FRAME_BURST``."""
+        self._tokens = min(FRAME_BURST, self._tokens + (now - self._refilled) * FRAME_RATE)
+        self._refilled = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
 
     @callback
     def async_check_alive(self, missed_allowed: int) -> None:

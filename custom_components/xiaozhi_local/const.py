@@ -56,4 +56,11 @@ MISSED_PINGS: Final = 2
 REFRESH_EVERY_SWEEPS: Final = 2
 """Connected devices are asked for their status every this many liveness sweeps (60 s)."""
 
+FRAME_RATE: Final = 300.0
+"""Frames per second a connection may send on average (a device sends ~17 audio frames a second)."""
+FRAME_BURST: Final = 600.0
+"""Frames a connection may send at once above the average."""
+FLOOD_LIMIT: Final = 1000
+"""Frames dropped for exceeding the rate before the connection is closed as a flood."""
+
 MANUFACTURER: Final = "Xiaozhi"
