@@ -411,3 +411,14 @@ async def test_a_flood_is_cut_off_without_starving_others(
     )
     assert result["data"]["battery"]["level"] == 85
     assert not other.closed.is_set()
+
+
+async def test_removing_the_integration_closes_every_session(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, make_device: DeviceFactory
+) -> None:
+    one = await make_device()
+    two = await make_device(mac=MAC2, token=TOKEN2)
+    assert await hass.config_entries.async_remove(setup_integration.entry_id)
+    await one.wait_closed()
+    await two.wait_closed()
+    assert hass.config_entries.async_entries(DOMAIN) == []

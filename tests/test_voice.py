@@ -334,3 +334,16 @@ async def test_announce_media_url_with_preannounce(
     played = len(device.speaker_pcm) / 2 / 24000
     assert 0.9 <= played <= 1.3  # the chime twice, both through ffmpeg
     await server.close()
+
+
+async def test_device_vanishes_mid_answer(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    """TCP gone (no Close frame) while speaking: the satellite returns to idle, nothing keeps running."""
+    ready.agent.reply = "This answer goes on. " * 20
+    device.relisten = False
+    await device.say(speech_pcm())
+    await device.wait_audio(3)
+    await device.drop()
+    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    await hub.async_wait_no_connections()
+    await wait_state(hass, "assist_satellite.kitchen", "idle")
+    # (The test harness fails the test on any task or timer left running.)
