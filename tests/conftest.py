@@ -3,7 +3,7 @@
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
 
 from aiohttp.test_utils import TestClient
@@ -18,6 +18,9 @@ import custom_components.xiaozhi_local  # noqa: F401
 from custom_components.xiaozhi_local.const import CONF_MAC, CONF_TOKEN, DOMAIN, SUBENTRY_DEVICE, WS_PATH
 from custom_components.xiaozhi_local.device import XiaozhiDevice
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
+
+if TYPE_CHECKING:
+    from .voice import Voice
 
 MAC = "cc:ba:97:04:92:94"
 TOKEN = "device-token-" + "a" * 40
@@ -130,3 +133,22 @@ async def wait_settled(device: XiaozhiDevice) -> None:
     async with asyncio.timeout(5):
         await connection.settled.wait()
     assert connection.session.mcp.pending_count == 0
+
+
+@pytest.fixture
+async def voice(hass: HomeAssistant) -> Voice:
+    """Test speech-to-text, text-to-speech and conversation agent, registered like real ones."""
+    from .voice import Voice
+
+    providers = Voice()
+    await providers.async_setup(hass)
+    return providers
+
+
+@pytest.fixture
+async def ready(
+    hass: HomeAssistant, voice: Voice, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> Voice:
+    """The integration loaded, with the test providers as the preferred pipeline's engines."""
+    await voice.async_use(hass)
+    return voice

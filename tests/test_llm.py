@@ -7,8 +7,6 @@ from aiohttp.test_utils import TestClient
 from homeassistant.components import conversation
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.helpers import llm
-import pytest
-from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import DOMAIN
 from custom_components.xiaozhi_local.llm import MAX_NAME, XiaozhiTool, offered, tool_name
@@ -19,19 +17,6 @@ from .conftest import MAC, MAC2, TOKEN, TOKEN2, wait_settled, ws_url
 from .voice import Voice
 
 NAME_RULE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-
-
-@pytest.fixture
-async def voice(hass: HomeAssistant) -> Voice:
-    voice = Voice()
-    await voice.async_setup(hass)
-    return voice
-
-
-@pytest.fixture
-async def ready(hass: HomeAssistant, voice: Voice, setup_integration: MockConfigEntry) -> Voice:
-    await voice.async_use(hass)
-    return voice
 
 
 async def connect(

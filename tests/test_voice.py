@@ -9,7 +9,6 @@ from aiohttp.test_utils import TestClient
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.event import async_track_state_change_event
 import pytest
-from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import DOMAIN, EVENT_NOTIFICATION
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
@@ -17,21 +16,6 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from .conftest import MAC, TOKEN, wait_settled, ws_url
 from .helpers import EventWaiter
 from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
-
-
-@pytest.fixture
-async def voice(hass: HomeAssistant) -> Voice:
-    voice = Voice()
-    await voice.async_setup(hass)
-    return voice
-
-
-@pytest.fixture
-async def ready(
-    hass: HomeAssistant, voice: Voice, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
-) -> Voice:
-    await voice.async_use(hass)
-    return voice
 
 
 @pytest.fixture
