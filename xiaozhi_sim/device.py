@@ -81,8 +81,7 @@ class SimulatedDevice:
         self.nvs: dict[str, dict[str, Any]] = {}  # settings kept across boots ("websocket", "mqtt")
         self.session_id = ""
         self.server_hello: dict[str, Any] | None = None
-        self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()  # server JSON other than mcp/hello
-        self.log: list[dict[str, Any]] = []  # the same, kept in order
+        self.log: list[dict[str, Any]] = []  # server JSON other than mcp/hello, in order
         self._logged = asyncio.Event()
         self.audio: list[bytes] = []  # downlink packets accepted while speaking
         self.dropped_audio = 0  # downlink packets that arrived in another state (the firmware drops them)
@@ -226,7 +225,6 @@ class SimulatedDevice:
                         self._schedule_reboot()
                     if msg["type"] == "tts":
                         await self._on_tts(msg)
-                    self.messages.put_nowait(msg)
                     self.log.append(msg)
                     self._logged.set()
         except ConnectionClosed:

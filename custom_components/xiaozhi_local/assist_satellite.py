@@ -35,7 +35,7 @@ from homeassistant.helpers.network import NoURLAvailableError, get_url
 
 from .connection import DeviceConnection
 from .const import CONF_SILENCE_TIMEOUT, DEFAULT_SILENCE_TIMEOUT, DOMAIN
-from .device import XiaozhiDevice
+from .device import XiaozhiDevice, translated_error
 from .entity import XiaozhiEntity, async_setup_device_entities
 from .hub import XiaozhiConfigEntry
 from .protocol.audio import AudioError, OpusDecoder, OpusEncoder, Pacer, Resampler, WavStream, split_sentences
@@ -205,7 +205,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
     async def async_set_configuration(self, config: AssistSatelliteConfiguration) -> None:
         """The wake word lives in the firmware; nothing to change here."""
         if config.active_wake_words not in ([], [ON_DEVICE_WAKE_WORD.id]):
-            raise HomeAssistantError(translation_domain=DOMAIN, translation_key="wake_word_fixed")
+            raise translated_error("wake_word_fixed")
 
     # -- what the device sends (VoiceHandler) ---------------------------------------------------
 
@@ -515,11 +515,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
 
     def _connection_or_raise(self) -> DeviceConnection:
         if (connection := self.device.connection) is None:
-            raise HomeAssistantError(
-                translation_domain=DOMAIN,
-                translation_key="device_offline",
-                translation_placeholders={"device": self.device.name},
-            )
+            raise translated_error("device_offline", device=self.device.name)
         return connection
 
     async def async_internal_announce(self, *args: Any, **kwargs: Any) -> None:

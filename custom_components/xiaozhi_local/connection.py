@@ -24,10 +24,8 @@ _LOGGER = logging.getLogger(__name__)
 class ClientInfo:
     """What a client said about itself when it connected (headers or query)."""
 
-    device_id: str
     client_id: str | None
     protocol_version: int
-    remote: str | None
 
 
 class DeviceConnection:

@@ -59,7 +59,8 @@ class DeviceOfflineError(McpConnectionError):
     """The device has no open connection now."""
 
 
-def _error(key: str, **placeholders: str) -> HomeAssistantError:
+def translated_error(key: str, **placeholders: str) -> HomeAssistantError:
+    """A HomeAssistantError with a translated message (``exceptions.<key>`` in strings.json)."""
     return HomeAssistantError(translation_domain=DOMAIN, translation_key=key, translation_placeholders=placeholders)
 
 
@@ -298,21 +299,21 @@ class XiaozhiDevice:
         try:
             result = await self.async_call_tool(tool, arguments, DEFAULT_CALL_TIMEOUT)
         except DeviceOfflineError:
-            raise _error("device_offline", device=self.name) from None
+            raise translated_error("device_offline", device=self.name) from None
         except McpRemoteError as err:
-            raise _error("device_error", device=self.name, tool=tool, message=err.message) from None
+            raise translated_error("device_error", device=self.name, tool=tool, message=err.message) from None
         except McpError as err:
-            raise _error("device_error", device=self.name, tool=tool, message=str(err)) from None
+            raise translated_error("device_error", device=self.name, tool=tool, message=str(err)) from None
         if result.text.strip() == "false":
-            raise _error("setting_refused", device=self.name, tool=tool)
+            raise translated_error("setting_refused", device=self.name, tool=tool)
 
     async def async_press(self, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         """A button: the device must be connected."""
         if self.connection is None:
-            raise _error("device_offline", device=self.name)
+            raise translated_error("device_offline", device=self.name)
         try:
             return await self.async_call_tool(tool, arguments or {}, DEFAULT_CALL_TIMEOUT)
         except McpRemoteError as err:
-            raise _error("device_error", device=self.name, tool=tool, message=err.message) from None
+            raise translated_error("device_error", device=self.name, tool=tool, message=err.message) from None
         except McpError as err:
-            raise _error("device_error", device=self.name, tool=tool, message=str(err)) from None
+            raise translated_error("device_error", device=self.name, tool=tool, message=str(err)) from None

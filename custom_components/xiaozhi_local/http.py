@@ -32,7 +32,8 @@ def _param(request: web.Request, name: str) -> str | None:
     return None
 
 
-def _bearer(value: str | None) -> str:
+def bearer_token(value: str | None) -> str:
+    """The token of ``Bearer <token>`` (or the value itself when it has no scheme)."""
     if value is None:
         return ""
     value = value.strip()
@@ -62,7 +63,7 @@ class XiaozhiWebSocketView(HomeAssistantView):
             raise HTTPNotFound  # integration not loaded: the endpoint is inert
         raw_mac = _param(request, "Device-Id")
         mac = normalize_mac(raw_mac) if raw_mac else None
-        token = _bearer(_param(request, "Authorization"))
+        token = bearer_token(_param(request, "Authorization"))
         device = hub.async_authenticate(mac, token) if mac else None
         if device is None:
             _LOGGER.warning(
@@ -72,10 +73,8 @@ class XiaozhiWebSocketView(HomeAssistantView):
             )
             raise HTTPUnauthorized  # raised, so HA's ip-ban counts it
         client = ClientInfo(
-            device_id=device.mac,
             client_id=_param(request, "Client-Id"),
             protocol_version=_protocol_version(_param(request, "Protocol-Version")),
-            remote=request.remote,
         )
         ws = web.WebSocketResponse(
             max_msg_size=MAX_CONNECTION_MESSAGE, autoping=False, compress=False, timeout=CLOSE_TIMEOUT

@@ -79,11 +79,6 @@ class PendingDevice:
     failures: int = 0
     locked_until: float = 0.0
 
-    @property
-    def title(self) -> str:
-        """How the discovered device is shown."""
-        return f"Xiaozhi {self.report.board}" if self.report.board else "Xiaozhi"
-
 
 class CheckResult(StrEnum):
     """Outcome of checking a code."""

@@ -3,7 +3,7 @@
 from typing import Any
 
 from homeassistant.core import HomeAssistant, ServiceCall, ServiceResponse, SupportsResponse, callback
-from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
+from homeassistant.exceptions import ServiceValidationError
 from homeassistant.helpers import config_validation as cv
 import probatio as vol
 
@@ -17,7 +17,7 @@ from .const import (
     DOMAIN,
     SERVICE_CALL_TOOL,
 )
-from .device import DeviceOfflineError, XiaozhiDevice
+from .device import DeviceOfflineError, XiaozhiDevice, translated_error
 from .hub import async_get_hub
 from .protocol.mcp import McpBusyError, McpConnectionError, McpRemoteError, McpTimeoutError, ToolResult
 from .protocol.schema import validate
@@ -37,10 +37,6 @@ CALL_TOOL_SCHEMA = vol.Schema(
 
 def _response(result: ToolResult, *, is_error: bool = False) -> dict[str, Any]:
     return {"content": result.content, "text": result.text, "data": result.json, "is_error": is_error}
-
-
-def _error(key: str, **placeholders: str) -> HomeAssistantError:
-    return HomeAssistantError(translation_domain=DOMAIN, translation_key=key, translation_placeholders=placeholders)
 
 
 def _resolve_device(hass: HomeAssistant, device_id: str) -> XiaozhiDevice:
@@ -64,9 +60,9 @@ async def _async_call_tool(call: ServiceCall) -> ServiceResponse:
     try:
         await device.async_wait_ready(timeout)
     except DeviceOfflineError:
-        raise _error("device_offline", device=device.name) from None
+        raise translated_error("device_offline", device=device.name) from None
     except McpTimeoutError:
-        raise _error("timeout", **placeholders) from None
+        raise translated_error("timeout", **placeholders) from None
     if (tool := device.tools.get(name)) is None:
         raise ServiceValidationError(
             translation_domain=DOMAIN, translation_key="unknown_tool", translation_placeholders=placeholders
@@ -82,13 +78,13 @@ async def _async_call_tool(call: ServiceCall) -> ServiceResponse:
     except McpRemoteError as err:
         if call.data[ATTR_RETURN_ERRORS]:
             return _response(err.result or ToolResult([{"type": "text", "text": err.message}]), is_error=True)
-        raise _error("device_error", **placeholders, message=err.message) from None
+        raise translated_error("device_error", **placeholders, message=err.message) from None
     except McpTimeoutError:
-        raise _error("timeout", **placeholders) from None
+        raise translated_error("timeout", **placeholders) from None
     except McpBusyError:
-        raise _error("busy", device=device.name) from None
+        raise translated_error("busy", device=device.name) from None
     except McpConnectionError:  # includes DeviceOfflineError: it went away just now
-        raise _error("connection_lost", **placeholders) from None
+        raise translated_error("connection_lost", **placeholders) from None
     return _response(result)
 
 

@@ -19,6 +19,7 @@ from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 
 from .const import CONF_AI_TASK_ENTITY, DOMAIN, MAX_PHOTO, VISION_ANSWER_TIMEOUT, VISION_PATH
 from .device import XiaozhiDevice
+from .http import bearer_token
 from .hub import async_get_hub
 from .protocol.messages import normalize_mac
 
@@ -120,8 +121,7 @@ class XiaozhiVisionView(HomeAssistantView):
             return web.json_response({"error": "Xiaozhi Local is not set up"}, status=404)
         mac = normalize_mac(request.headers.get("Device-Id", ""))
         device = hub.devices.get(mac) if mac else None
-        auth = request.headers.get("Authorization", "")
-        token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        token = bearer_token(request.headers.get("Authorization"))
         if device is None or not token or not device.async_check_vision_token(token):
             _LOGGER.warning("Refused a camera upload from %s for %s", request.remote, mac)
             raise HTTPUnauthorized
