@@ -151,6 +151,7 @@ class TestAgent(conversation.ConversationEntity):
         self.tool_plan: list[tuple[str, dict[str, Any]]] = []  # tools to call, as an LLM would
         self.tool_results: list[Any] = []
         self.tool_names: list[str] = []  # what the Assist API offered
+        self.thinking: str | None = None  # reasoning to stream before the reply (streaming only)
 
     @property
     def supported_languages(self) -> Literal["*"]:
@@ -172,6 +173,8 @@ class TestAgent(conversation.ConversationEntity):
 
             async def deltas() -> AsyncGenerator[conversation.AssistantContentDeltaDict]:
                 yield {"role": "assistant"}
+                if self.thinking:
+                    yield {"thinking_content": self.thinking}
                 for word in self.reply.split(" "):
                     yield {"content": word + " "}
 

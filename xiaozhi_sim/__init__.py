@@ -7,6 +7,7 @@ Used by the tests, ``script/develop`` and the benchmarks; point it at any server
 from .device import DeviceCrashed, HelloTimeout, SimulatedDevice, SimulatorOptions
 from .mcp_server import McpServer, Property, Tool, ToolError
 from .ota import OtaClient, OtaError, OtaTiming
+from .register_client import RegisterClientOptions, RegisterToolsClient
 
 __all__ = [
     "DeviceCrashed",
@@ -16,6 +17,8 @@ __all__ = [
     "OtaError",
     "OtaTiming",
     "Property",
+    "RegisterClientOptions",
+    "RegisterToolsClient",
     "SimulatedDevice",
     "SimulatorOptions",
     "Tool",

@@ -5,7 +5,8 @@ import asyncio
 import logging
 import sys
 
-from .device import DeviceCrashed, SimulatedDevice, SimulatorOptions
+from .device import FLAVORS, DeviceCrashed, SimulatedDevice, SimulatorOptions
+from .register_client import RegisterClientOptions, RegisterToolsClient
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -27,6 +28,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lamp", action="store_true", help="the lamp tools (self.lamp.*)")
     parser.add_argument("--press-to-talk", action="store_true", help="the self.set_press_to_talk tool")
     parser.add_argument("--extra-tools", type=int, default=0, metavar="N", help="N more board tools")
+    parser.add_argument(
+        "--flavor",
+        choices=(*FLAVORS, "register"),
+        default="firmware",
+        help="which client to be: stock firmware, py-xiaozhi, a browser page, or a mcp/registerTools client",
+    )
     parser.add_argument("--reconnect", action="store_true", help="reconnect when the server closes (dev servers)")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
@@ -36,8 +43,23 @@ def _print_code(code: str, message: str) -> None:
     print(f"activation code {code}: {message}", flush=True)
 
 
+async def run_register_client(args: argparse.Namespace) -> int:
+    """A ``mcp/registerTools`` client: connect, register the demo tools, stay until closed."""
+    if not args.url:
+        print("--flavor register needs --url and --token", file=sys.stderr)
+        return 1
+    client = RegisterToolsClient(RegisterClientOptions(url=args.url, token=args.token, mac=args.mac.lower()))
+    answer = await client.connect()
+    print(f"registered: {answer.get('result') or answer.get('error')}", flush=True)
+    await client.wait_closed()
+    print("disconnected", flush=True)
+    return 0
+
+
 async def run(args: argparse.Namespace) -> int:
     """Connect and stay until the server closes (or forever with --reconnect)."""
+    if args.flavor == "register":
+        return await run_register_client(args)
     options = SimulatorOptions(
         url=args.url or "",
         language=args.language,
@@ -51,6 +73,7 @@ async def run(args: argparse.Namespace) -> int:
         lamp=args.lamp,
         press_to_talk=args.press_to_talk,
         extra_tools=args.extra_tools,
+        flavor=args.flavor,
     )
     device = SimulatedDevice(options)  # one device: its NVS survives reconnects, as in flash
     needs_boot = bool(args.ota)

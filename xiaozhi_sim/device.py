@@ -1,4 +1,13 @@
-"""The simulated device: a ``websockets`` client that talks like stock firmware 2.4.2."""
+"""The simulated device: a ``websockets`` client that talks like stock firmware 2.4.2.
+
+``flavor`` makes it another client family of the protocol notes instead:
+
+- ``py-xiaozhi``: a desktop client. 20 ms Opus frames announced in its hello, an empty
+  ``session_id`` in every message (it ignores the server's), tool failures as ``isError``
+  results, header values spelled its own way.
+- ``browser``: a test web page. Authentication in the query string (browsers cannot set
+  WebSocket headers), a hello with only ``features``, and typed text through ``listen detect``.
+"""
 
 import asyncio
 from collections.abc import Callable
@@ -6,7 +15,8 @@ import contextlib
 from dataclasses import dataclass, field
 import json
 import logging
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlencode
 import uuid
 
 import aiohttp
@@ -30,6 +40,9 @@ from .tools import (
 from .voice import UPLINK_RATE, MicEncoder, SpeakerDecoder, frame, unframe
 
 _LOGGER = logging.getLogger(__name__)
+
+type Flavor = Literal["firmware", "py-xiaozhi", "browser"]
+FLAVORS: tuple[Flavor, ...] = ("firmware", "py-xiaozhi", "browser")
 
 
 class DeviceCrashed(Exception):
@@ -59,6 +72,9 @@ class SimulatorOptions:
     hello_timeout: float = 10.0
     handshake_timeout: float = 10.0
     language: str = "en-US"
+    flavor: Flavor = "firmware"
+    frame_ms: int | None = None
+    """Uplink Opus frame duration; None: the flavor's own (60 ms firmware/browser, 20 ms py-xiaozhi)."""
 
 
 class SimulatedDevice:
@@ -68,7 +84,8 @@ class SimulatedDevice:
         self.options = options
         self.state = DeviceState()
         self.system_info = system_info(options.mac, options.client_id, options.board, options.firmware_version)
-        self.mcp = McpServer(options.board, options.firmware_version)
+        self.mcp = McpServer(options.board, options.firmware_version, errors_as_results=options.flavor == "py-xiaozhi")
+        self.frame_ms = options.frame_ms or (20 if options.flavor == "py-xiaozhi" else 60)
         add_common_tools(self.mcp, self.state, self.system_info, camera=options.camera)
         if options.lamp:
             add_lamp_tools(self.mcp, self.state)
@@ -101,18 +118,49 @@ class SimulatedDevice:
     # -- connection ---------------------------------------------------------------------------
 
     def headers(self) -> dict[str, str]:
-        """The application headers of the firmware's WebSocket request."""
+        """The application headers of the firmware's WebSocket request (none for a browser)."""
+        options = self.options
+        if options.flavor == "browser":
+            return {}
         headers: dict[str, str] = {}
-        token = self.options.token
+        token = options.token
+        if options.flavor == "py-xiaozhi":  # its own spelling: lower-case scheme, upper-case MAC
+            if token:
+                headers["authorization"] = f"bearer {token}"
+            headers["protocol-version"] = str(options.protocol_version)
+            headers["device-id"] = options.mac.upper()
+            headers["client-id"] = options.client_id
+            return headers
         if token:
             headers["Authorization"] = token if " " in token else f"Bearer {token}"
-        headers["Protocol-Version"] = str(self.options.protocol_version)
-        headers["Device-Id"] = self.options.mac
-        headers["Client-Id"] = self.options.client_id
+        headers["Protocol-Version"] = str(options.protocol_version)
+        headers["Device-Id"] = options.mac
+        headers["Client-Id"] = options.client_id
         return headers
 
+    def connect_url(self) -> str:
+        """The URL to open; a browser page puts what the headers would carry in the query."""
+        options = self.options
+        if options.flavor != "browser":
+            return options.url
+        query = {"device-id": options.mac, "client-id": options.client_id}
+        if options.token:
+            query["authorization"] = f"Bearer {options.token}"
+        return f"{options.url}{'&' if '?' in options.url else '?'}{urlencode(query)}"
+
     def hello(self) -> dict[str, Any]:
-        """The firmware's hello (key order as it builds the string)."""
+        """The client's hello: the firmware's (key order as it builds the string), or its flavor's."""
+        if self.options.flavor == "browser":
+            return {"type": "hello", "features": {"mcp": True}}
+        if self.options.flavor == "py-xiaozhi":
+            return {
+                "type": "hello",
+                "version": self.options.protocol_version,
+                "features": {"mcp": True},
+                "transport": "websocket",
+                "audio_params": {"format": "opus", "sample_rate": 16000, "channels": 1, "frame_duration": 20},
+                "client": "py-xiaozhi",  # an extra field the server does not know
+            }
         return {
             "type": "hello",
             "version": self.options.protocol_version,
@@ -148,7 +196,7 @@ class SimulatedDevice:
         """Open the socket without saying hello (tests of what happens before a hello)."""
         self.closed.clear()
         self._ws = await connect(
-            self.options.url,
+            self.connect_url(),
             additional_headers=self.headers(),
             compression=None,
             ping_interval=None,  # the firmware never pings; it answers the server's pings
@@ -191,8 +239,8 @@ class SimulatedDevice:
         if msg["transport"] != "websocket":
             _LOGGER.warning("Unsupported transport: %s", msg["transport"])
             return False
-        if isinstance(msg.get("session_id"), str):
-            self.session_id = msg["session_id"]
+        if isinstance(msg.get("session_id"), str) and self.options.flavor != "py-xiaozhi":
+            self.session_id = msg["session_id"]  # py-xiaozhi keeps sending an empty one
         self.server_hello = msg
         return True
 
@@ -307,7 +355,7 @@ class SimulatedDevice:
             await self.send_json({"session_id": self.session_id, "type": "listen", "state": "start", "mode": mode})
         self.device_state = "listening"
         marker = len(self.log)
-        encoder = MicEncoder()
+        encoder = MicEncoder(self.frame_ms)
         silence = bytes(int(UPLINK_RATE * 2 * silence_after)) if mode != "manual" else b""
         try:
             for packet in encoder.packets(pcm + silence):
@@ -320,6 +368,12 @@ class SimulatedDevice:
                 self.device_state = "idle"
         except ConnectionClosed:
             self.device_state = "idle"  # the server closed the socket: the firmware goes idle
+
+    async def type_text(self, text: str) -> None:
+        """Typed input, as a browser page sends it: ``listen detect`` with the text."""
+        await self.send_json(
+            {"session_id": self.session_id, "type": "listen", "state": "detect", "mode": "manual", "text": text}
+        )
 
     async def abort(self, reason: str | None = None) -> None:
         """Button (no reason) or wake word (``wake_word_detected``) while speaking."""

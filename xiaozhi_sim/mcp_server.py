@@ -86,7 +86,8 @@ def _result_text(value: ToolValue) -> str:
 class McpServer:
     """Tools plus the JSON-RPC handling of the firmware."""
 
-    def __init__(self, board_name: str, firmware_version: str) -> None:
+    def __init__(self, board_name: str, firmware_version: str, *, errors_as_results: bool = False) -> None:
+        self.errors_as_results = errors_as_results  # py-xiaozhi: every tool failure as an isError result
         self.board_name = board_name
         self.firmware_version = firmware_version
         self.tools: list[Tool] = []
@@ -209,7 +210,7 @@ class McpServer:
         try:
             value = await tool.callback(args)
         except ToolError as err:
-            if tool.errors_as_results:
+            if tool.errors_as_results or self.errors_as_results:
                 return {"content": [{"type": "text", "text": str(err)}], "isError": True}
             raise
         return {"content": [{"type": "text", "text": _result_text(value)}], "isError": False}

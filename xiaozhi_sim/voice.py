@@ -35,29 +35,31 @@ def unframe(version: int, data: bytes) -> bytes:
 
 
 class MicEncoder:
-    """16 kHz s16 mono PCM → 60 ms Opus packets (VBR, DTX as the firmware; complexity default)."""
+    """16 kHz s16 mono PCM → Opus packets of ``frame_ms`` (60 on the firmware; py-xiaozhi uses 20)."""
 
-    def __init__(self) -> None:
+    def __init__(self, frame_ms: int = FRAME_MS) -> None:
+        self.frame_bytes = UPLINK_RATE * frame_ms // 1000 * 2
         self._codec = av.CodecContext.create("libopus", "w")
         self._codec.sample_rate = UPLINK_RATE
         self._codec.layout = "mono"
         self._codec.format = "s16"
         self._codec.bit_rate = 24000
         self._codec.time_base = Fraction(1, UPLINK_RATE)
-        self._codec.options = {"frame_duration": str(FRAME_MS), "application": "voip"}
+        self._codec.options = {"frame_duration": str(frame_ms), "application": "voip"}
         self._codec.open()
         self._pts = 0
 
     def packets(self, pcm: bytes) -> list[bytes]:
-        """Packets for whole 60 ms frames of ``pcm`` (the rest is zero-padded)."""
+        """Packets for whole frames of ``pcm`` (the rest is zero-padded)."""
         out: list[bytes] = []
-        for start in range(0, len(pcm), FRAME_BYTES):
-            chunk = pcm[start : start + FRAME_BYTES].ljust(FRAME_BYTES, b"\0")
-            audio = av.AudioFrame(format="s16", layout="mono", samples=FRAME_BYTES // 2)
+        size = self.frame_bytes
+        for start in range(0, len(pcm), size):
+            chunk = pcm[start : start + size].ljust(size, b"\0")
+            audio = av.AudioFrame(format="s16", layout="mono", samples=size // 2)
             audio.planes[0].update(chunk)
             audio.sample_rate = UPLINK_RATE
             audio.pts = self._pts
-            self._pts += FRAME_BYTES // 2
+            self._pts += size // 2
             out += [bytes(p) for p in self._codec.encode(audio)]
         return out
 

@@ -164,6 +164,8 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         self._continue = False
         self._run_connection: DeviceConnection | None = None
         self._deferred_detect: tuple[str, CALLBACK_TYPE] | None = None
+        self._reply_role: str | None = None  # role of the chat log message being streamed
+        self._reply_streamed = False  # chunks of this run's reply went out as mcp/ai/message
 
     async def async_added_to_hass(self) -> None:
         """Take the device's voice."""
@@ -388,6 +390,26 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         if connection is not None:
             self.hass.async_create_task(connection.async_send_json(message), eager_start=True)
 
+    def _send_ai(self, kind: str, content: str) -> None:
+        """``mcp/ai/message`` for registerTools clients (the connection ignores it for others)."""
+        connection = self._run_connection
+        if connection is not None and connection.session.registered and content:
+            self.hass.async_create_task(connection.async_send_ai_message(kind, content), eager_start=True)
+
+    def _stream_reply(self, delta: Any) -> None:
+        """A chat log delta: the assistant's text as ``chunk``, its reasoning as ``thought``."""
+        if not isinstance(delta, dict):
+            return
+        if isinstance(role := delta.get("role"), str):
+            self._reply_role = role
+        if self._reply_role != "assistant":
+            return  # tool calls and their results are not the reply
+        if isinstance(thinking := delta.get("thinking_content"), str):
+            self._send_ai("thought", thinking)
+        if isinstance(content := delta.get("content"), str) and content:
+            self._reply_streamed = True
+            self._send_ai("chunk", content)
+
     def on_pipeline_event(self, event: PipelineEvent) -> None:
         """Tell the device what the pipeline does."""
         data = event.data or {}
@@ -398,6 +420,8 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
                 self._tts_started = False
                 self._tts_text = None
                 self._continue = False
+                self._reply_role = None
+                self._reply_streamed = False
             case PipelineEventType.STT_VAD_START:
                 if turn is not None:
                     turn.heard_speech = True
@@ -417,8 +441,13 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             case PipelineEventType.INTENT_PROGRESS:
                 if data.get("tts_start_streaming") and self._tts_token and not self._tts_started:
                     self._start_tts(self._tts_token)
+                self._stream_reply(data.get("chat_log_delta"))
             case PipelineEventType.INTENT_END:
                 output = data.get("intent_output") or {}
+                speech = _speech_text(output)
+                if not self._reply_streamed:
+                    self._send_ai("chunk", speech)  # an agent that does not stream: one chunk
+                self._send_ai("final", speech)
                 self._continue = bool(output.get("continue_conversation"))
                 response_type = ((output.get("response") or {}).get("response_type")) or ""
                 emotion = {"error": EMOTION_CONFUSED, "action_done": EMOTION_DONE}.get(response_type, EMOTION_ANSWER)
@@ -544,6 +573,8 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             url = self._full_url(announcement.media_id)
             sources.append(lambda: _ffmpeg_pcm(self.hass, url))
         self._tts_text = announcement.message or None
+        self._send_ai("chunk", announcement.message)
+        self._send_ai("final", announcement.message)
 
         async def chained() -> AsyncIterator[bytes]:
             for make in sources:
@@ -574,6 +605,15 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             return get_url(self.hass, prefer_external=False) + media
         except NoURLAvailableError:
             return f"http://127.0.0.1:{self.hass.http.server_port}{media}"
+
+
+def _speech_text(intent_output: Any) -> str:
+    """The plain speech of a conversation result (``intent_output``), or ""."""
+    try:
+        speech = intent_output["response"]["speech"]["plain"]["speech"]
+    except KeyError, TypeError:
+        return ""
+    return speech if isinstance(speech, str) else ""
 
 
 async def _wav_pcm(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -9,12 +9,13 @@ from typing import Any
 from aiohttp import WSMsgType, web
 from homeassistant.core import HomeAssistant, callback
 
-from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION, FLOOD_LIMIT, FRAME_BURST, FRAME_RATE
+from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION, EVENT_TOOL_ERROR, FLOOD_LIMIT, FRAME_BURST, FRAME_RATE
 from .device import XiaozhiDevice
 from .protocol import session as proto_session
 from .protocol.audio import pack_frame, unpack_frame
 from .protocol.mcp import McpConnectionError, McpError, McpRemoteError
 from .protocol.messages import ClientHello, ControlMessage, FrameError
+from .protocol.register import Registration
 from .protocol.session import DeviceSession
 
 _LOGGER = logging.getLogger(__name__)
@@ -170,8 +171,10 @@ class DeviceConnection:
         try:
             await self._async_discover_and_settle()
         finally:
-            self.discovered.set()
-            self.settled.set()
+            # Cancelled: a registration replaced it, or the connection ended (``_cleanup`` sets them).
+            if not _cancelling():
+                self.discovered.set()
+                self.settled.set()
 
     async def _async_discover_and_settle(self) -> None:
         mcp = self.session.mcp
@@ -208,6 +211,48 @@ class DeviceConnection:
         self.device.async_set_discovery(self.session.mcp.server_info, tools)
         await self.device.async_refresh()
 
+    def on_register(self, registration: Registration) -> None:
+        """A registerTools client announced its tools: they are the device's tools from now on."""
+        _LOGGER.debug(
+            "Device %s registered %d tools (%d server-side ones it may call)",
+            self.device.mac,
+            len(registration.remote),
+            len(registration.local),
+        )
+        if self._discovery is not None:
+            # MCP discovery (a hello that announced MCP) or the round of an earlier registration.
+            self._discovery.cancel()
+        self.device.async_set_discovery(self.session.mcp.server_info, registration.remote)
+        self.discovered.set()
+        self.settled.clear()
+        self._discovery = self.hass.async_create_background_task(
+            self._async_settle(), f"xiaozhi_local settle {self.device.mac}"
+        )
+
+    async def _async_settle(self) -> None:
+        """Settings made while the client was away, then its status (as after MCP discovery)."""
+        try:
+            await self.device.async_on_ready()
+        finally:
+            if not _cancelling():
+                self.settled.set()
+
+    def on_tool_error(self, tool: str, error: McpError) -> None:
+        """A ``control`` tool reported done at once failed on the client later: log it, fire an event."""
+        message = error.message if isinstance(error, McpRemoteError) else str(error)
+        code = error.code if isinstance(error, McpRemoteError) else None
+        self.log.report("control_failed", f"tool {tool} failed after it was reported done: {message}")
+        self.hass.bus.async_fire(
+            EVENT_TOOL_ERROR,
+            {
+                "device_id": self.device.device_id,
+                "mac": self.device.mac,
+                "tool": tool,
+                "message": message,
+                "code": code,
+            },
+        )
+
     def on_notification(self, method: str, params: Any) -> None:
         """A device notification becomes an HA event (and the device's event entity fires)."""
         self.hass.bus.async_fire(
@@ -238,6 +283,14 @@ class DeviceConnection:
 
     # -- what the voice satellite sends ------------------------------------------------------
 
+    async def async_send_ai_message(self, kind: str, content: str) -> None:
+        """The agent's reply as ``mcp/ai/message`` (registerTools clients only; others ignore it)."""
+        if not self.session.registered or not content:
+            return
+        # Gone: the satellite notices through the connection's end.
+        with contextlib.suppress(McpError, ConnectionError, RuntimeError):
+            await self.session.send_ai_message(kind, content)
+
     async def async_send_json(self, message: dict[str, Any]) -> bool:
         """One JSON message to the device; False when the connection is gone."""
         try:
@@ -255,3 +308,9 @@ class DeviceConnection:
         except ConnectionError, RuntimeError:
             return False
         return True
+
+
+def _cancelling() -> bool:
+    """Whether the running task is being cancelled (its replacement sets the events)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -32,6 +32,8 @@ MAX_OTA_BODY: Final = 64 * 1024
 """An OTA body is a few kB of system info; more is refused with 413."""
 
 EVENT_NOTIFICATION: Final = f"{DOMAIN}_notification"
+EVENT_TOOL_ERROR: Final = f"{DOMAIN}_tool_error"
+"""A ``control`` tool of a registerTools client failed after it was reported done."""
 
 SERVICE_CALL_TOOL: Final = "call_tool"
 ATTR_DEVICE_ID: Final = "device_id"

@@ -49,16 +49,7 @@ def test_minimal_hello() -> None:
         ('"hello"', "not_object"),
         ("{}", "no_type"),
         ('{"type": 5}', "bad_field"),
-        ('{"type": "hello", "version": "1"}', "bad_field"),
-        ('{"type": "hello", "version": 7}', "bad_field"),
-        ('{"type": "hello", "version": true}', "bad_field"),
-        ('{"type": "hello", "features": []}', "bad_field"),
-        ('{"type": "hello", "transport": 1}', "bad_field"),
-        ('{"type": "hello", "audio_params": "opus"}', "bad_field"),
-        ('{"type": "hello", "audio_params": {"format": "pcm"}}', "bad_field"),
-        ('{"type": "hello", "audio_params": {"format": 1}}', "bad_field"),
-        ('{"type": "hello", "audio_params": {"sample_rate": 1}}', "bad_field"),
-        ('{"type": "hello", "audio_params": {"frame_duration": 30}}', "bad_field"),
+        ('{"session_id": "S"}', "no_type"),
         ('{"type": "mcp", "payload": [1]}', "bad_field"),
         ('{"type": "mcp"}', "bad_field"),
         ("[" * 100000, "not_json"),
@@ -68,6 +59,53 @@ def test_bad_frames(frame: str, kind: str) -> None:
     with pytest.raises(FrameError) as err:
         parse_client_frame(frame)
     assert err.value.kind == kind
+
+
+@pytest.mark.parametrize(
+    ("frame", "problem"),
+    [
+        ('{"type": "hello", "version": 7}', "version 7"),
+        ('{"type": "hello", "version": true}', "version True"),
+        ('{"type": "hello", "features": []}', "features"),
+        ('{"type": "hello", "transport": 1}', "transport"),
+        ('{"type": "hello", "audio_params": "opus"}', "audio_params"),
+        ('{"type": "hello", "audio_params": {"format": "pcm"}}', "pcm"),
+        ('{"type": "hello", "audio_params": {"format": 1}}', "format 1"),
+        ('{"type": "hello", "audio_params": {"sample_rate": 1}}', "sample_rate 1"),
+        ('{"type": "hello", "audio_params": {"sample_rate": "fast"}}', "sample_rate"),
+        ('{"type": "hello", "audio_params": {"frame_duration": 30}}', "frame_duration 30"),
+        ('{"type": "hello", "audio_params": {"channels": 6}}', "channels 6"),
+    ],
+)
+def test_odd_hellos_are_accepted_with_defaults(frame: str, problem: str) -> None:
+    """Clients differ: a hello is never refused for a field; the field takes its default."""
+    hello = parse_client_frame(frame)
+    assert isinstance(hello, ClientHello)
+    assert any(problem in text for text in hello.problems), hello.problems
+    assert hello.audio_params == AudioParams()
+    assert hello.version in (None, 1)
+    assert not hello.supports_mcp
+
+
+def test_hellos_of_other_clients() -> None:
+    # Numeric strings, another key order, extra keys, other frame durations and rates.
+    hello = parse_client_frame(
+        '{"audio_params":{"channels":"1","frame_duration":20,"sample_rate":"48000"},"extra":{"x":1},'
+        '"type":"hello","version":"3","features":{"mcp":true}}'
+    )
+    assert isinstance(hello, ClientHello)
+    assert hello.problems == ()
+    assert (hello.version, hello.audio_params) == (3, AudioParams("opus", 48000, 1, 20))
+    assert hello.supports_mcp
+
+
+def test_bare_json_rpc() -> None:
+    """The registerTools dialect sends JSON-RPC without the envelope."""
+    register = parse_client_frame('{"jsonrpc":"2.0","method":"mcp/registerTools","params":{},"id":"r1"}')
+    assert register == McpEnvelope({"jsonrpc": "2.0", "method": "mcp/registerTools", "params": {}, "id": "r1"}, True)
+    reply = parse_client_frame('{"jsonrpc":"2.0","id":"tool-call-1","result":5}')
+    assert isinstance(reply, McpEnvelope)
+    assert reply.bare
 
 
 def test_mcp_and_control() -> None:

@@ -68,3 +68,19 @@ async def test_cli_boots_through_ota(
     await xdev.connection.async_close("test over")
     await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0
+
+
+async def test_cli_register_flavor(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> None:
+    """``--flavor register``: a mcp/registerTools client from the command line."""
+    proc = await run_cli("--url", ws_url(client), "--token", TOKEN, "--mac", MAC, "--flavor", "register")
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    assert line.decode().startswith("registered: {'status': 'registered'")
+    xdev = setup_integration.runtime_data.devices[MAC]
+    await wait_for(xdev, lambda d: "amplify_volume" in d.tools, timeout=30)
+    await xdev.connection.async_close("test over")
+    out, _err = await asyncio.wait_for(proc.communicate(), 30)
+    assert "disconnected" in out.decode()
+    assert proc.returncode == 0

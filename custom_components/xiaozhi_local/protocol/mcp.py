@@ -4,14 +4,19 @@ The device is the MCP server. Stock firmware quirks handled here (device-protoco
 ids must be numbers (a string id is dropped without a reply), errors carry only a ``message``,
 ``tools/list`` pages are cut at 8000 bytes with a tool *name* as ``nextCursor``, and
 ``withUserTools`` must be repeated on every page.
+
+Clients of the ``mcp/registerTools`` dialect (``protocol/register.py``) announce their tools
+themselves; once they have, calls go out as ``mcp/tool/execute`` with string ids, and
+``control`` tools are answered as done at once (their late errors go to ``on_late_error``).
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 import json
 import logging
-from typing import Any, Final
+import secrets
+from typing import Any, Final, Literal
 
 PROTOCOL_VERSION: Final = "2024-11-05"
 MAX_ID: Final = 2**31 - 1  # the firmware echoes ids through cJSON's valueint
@@ -20,6 +25,11 @@ MAX_PENDING: Final = 32
 MAX_PAGES: Final = 32
 MAX_TOOLS: Final = 256
 MAX_NAME_LENGTH: Final = 128
+
+type SubType = Literal["control", "query"]
+SUB_TYPES: Final[tuple[SubType, ...]] = ("control", "query")
+CONTROL_ACCEPTED: Final = '{"status":"success"}'
+"""What a ``control`` tool call returns at once: the dialect does not wait for the client."""
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -59,16 +69,21 @@ class McpTool:
     input_schema: dict[str, Any]
     user_only: bool = False
     annotations: dict[str, Any] = field(default_factory=dict)
+    sub_type: SubType | None = None
+    """``control`` or ``query`` for tools of the registerTools dialect; None for MCP tools."""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data (diagnostics, caches)."""
-        return {
+        data = {
             "name": self.name,
             "description": self.description,
             "inputSchema": self.input_schema,
             "user_only": self.user_only,
             "annotations": self.annotations,
         }
+        if self.sub_type is not None:
+            data["sub_type"] = self.sub_type
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +143,14 @@ def parse_tool(raw: Any) -> McpTool:
         annotations = {}
     audience = annotations.get("audience")
     user_only = isinstance(audience, list) and "user" in audience and "assistant" not in audience
-    return McpTool(name, description, schema, user_only, annotations)
+    sub_type = next((kind for kind in SUB_TYPES if raw.get("sub_type") == kind), None)
+    return McpTool(name, description, schema, user_only, annotations, sub_type)
+
+
+def result_from_value(value: Any) -> ToolResult:
+    """A dialect client's ``result`` (any JSON value) as a tool result: strings as they are."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return ToolResult([{"type": "text", "text": text}])
 
 
 def parse_tool_result(raw: Any) -> ToolResult:
@@ -160,6 +182,8 @@ def _error_from(raw: Any) -> McpRemoteError:
 
 type SendFunc = Callable[[dict[str, Any]], Awaitable[None]]
 type WarnFunc = Callable[[str, str], None]
+type LateErrorFunc = Callable[[str, McpError], None]
+type RequestId = int | str
 
 
 class McpClient:
@@ -172,30 +196,41 @@ class McpClient:
         warn: WarnFunc | None = None,
         max_pending: int = MAX_PENDING,
         default_timeout: float = DEFAULT_TIMEOUT,
+        on_late_error: LateErrorFunc | None = None,
     ) -> None:
         self._send = send
         self._warn = warn or (lambda kind, msg: _LOGGER.warning("%s: %s", kind, msg))
+        self._on_late_error = on_late_error or (lambda tool, err: self._warn("control_failed", f"{tool}: {err}"))
         self._max_pending = max_pending
         self.default_timeout = default_timeout
         self._next_id = 1
-        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._pending: dict[RequestId, asyncio.Future[Any]] = {}
         self._closed: McpConnectionError | None = None
         self.server_info = ServerInfo()
+        self.registered: dict[str, McpTool] | None = None
+        """The tools a registerTools client announced; None for MCP servers (stock firmware)."""
+        self._id_prefix = f"tool-call-{secrets.token_hex(4)}"
 
     @property
     def pending_count(self) -> int:
         """Requests waiting for an answer."""
         return len(self._pending)
 
-    def _allocate_id(self) -> int:
+    def use_registered_tools(self, tools: Iterable[McpTool]) -> None:
+        """The client registered its tools (``mcp/registerTools``); a second registration replaces them."""
+        self.registered = {tool.name: tool for tool in tools}
+
+    def _allocate_id(self) -> RequestId:
         while True:
-            request_id = self._next_id
-            self._next_id = 1 if request_id >= MAX_ID else request_id + 1
+            number = self._next_id
+            self._next_id = 1 if number >= MAX_ID else number + 1
+            # The dialect's notes ask for unique string ids; stock firmware drops anything but numbers.
+            request_id: RequestId = number if self.registered is None else f"{self._id_prefix}-{number}"
             if request_id not in self._pending:
                 return request_id
 
-    async def request(self, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
-        """Send a request and wait for its result. Raises an McpError subclass."""
+    async def _start(self, method: str, params: dict[str, Any] | None) -> tuple[RequestId, asyncio.Future[Any]]:
+        """Send a request; its future is pending under its id until answered or dropped by the caller."""
         if self._closed is not None:
             raise self._closed
         if len(self._pending) >= self._max_pending:
@@ -207,12 +242,19 @@ class McpClient:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
-            try:
-                await self._send(message)
-            except McpError:
+            await self._send(message)
+        except Exception as err:
+            self._pending.pop(request_id, None)
+            if isinstance(err, McpError):
                 raise
-            except Exception as err:  # the transport's own errors (closed socket …)
-                raise McpConnectionError(f"could not send {method}: {err}") from err
+            # the transport's own errors (closed socket …)
+            raise McpConnectionError(f"could not send {method}: {err}") from err
+        return request_id, future
+
+    async def request(self, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        """Send a request and wait for its result. Raises an McpError subclass."""
+        request_id, future = await self._start(method, params)
+        try:
             async with asyncio.timeout(self.default_timeout if timeout is None else timeout):
                 return await future
         except TimeoutError:
@@ -220,11 +262,49 @@ class McpClient:
         finally:
             self._pending.pop(request_id, None)
 
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        """A JSON-RPC notification (no answer expected). Raises McpConnectionError when closed."""
+        if self._closed is not None:
+            raise self._closed
+        try:
+            await self._send({"jsonrpc": "2.0", "method": method, "params": params})
+        except McpError:
+            raise
+        except Exception as err:
+            raise McpConnectionError(f"could not send {method}: {err}") from err
+
+    async def _fire(self, tool: str, method: str, params: dict[str, Any], timeout: float | None) -> None:
+        """Send without waiting; a later error answer goes to ``on_late_error``, silence is forgotten."""
+        request_id, future = await self._start(method, params)
+        loop = asyncio.get_running_loop()
+
+        def expired() -> None:
+            if not future.done():
+                future.set_exception(McpTimeoutError(f"no answer to {tool} in time"))
+
+        expire = loop.call_later(self.default_timeout if timeout is None else timeout, expired)
+
+        def done(fut: asyncio.Future[Any]) -> None:
+            expire.cancel()
+            if self._pending.get(request_id) is fut:
+                del self._pending[request_id]
+            if fut.cancelled():
+                return
+            err = fut.exception()
+            if isinstance(err, McpRemoteError):
+                self._on_late_error(tool, err)
+            elif err is not None:
+                _LOGGER.debug("control tool %s: %s", tool, err)
+
+        future.add_done_callback(done)
+
     def handle_response(self, payload: dict[str, Any]) -> bool:
         """Resolve the request a response answers. False when no request waits for it."""
         request_id = payload.get("id")
         future = (
-            self._pending.get(request_id) if isinstance(request_id, int) and not isinstance(request_id, bool) else None
+            self._pending.get(request_id)
+            if isinstance(request_id, (int, str)) and not isinstance(request_id, bool)
+            else None
         )
         if future is None or future.done():
             return False
@@ -307,6 +387,8 @@ class McpClient:
         self, name: str, arguments: dict[str, Any] | None = None, timeout: float | None = None
     ) -> ToolResult:
         """Call a tool. An ``isError`` result raises McpRemoteError carrying the result."""
+        if self.registered is not None:
+            return await self._execute(name, arguments or {}, timeout)
         raw = await self.request("tools/call", {"name": name, "arguments": arguments or {}}, timeout)
         try:
             result = parse_tool_result(raw)
@@ -315,3 +397,12 @@ class McpClient:
         if result.is_error:
             raise McpRemoteError(result.text or "the tool reported an error", result=result)
         return result
+
+    async def _execute(self, name: str, arguments: dict[str, Any], timeout: float | None) -> ToolResult:
+        """``mcp/tool/execute``: ``query`` tools are awaited, ``control`` tools succeed once sent."""
+        params = {"tool_name": name, "tool_input": arguments}
+        tool = (self.registered or {}).get(name)
+        if tool is not None and tool.sub_type == "control":
+            await self._fire(name, "mcp/tool/execute", params, timeout)
+            return ToolResult([{"type": "text", "text": CONTROL_ACCEPTED}])
+        return result_from_value(await self.request("mcp/tool/execute", params, timeout))

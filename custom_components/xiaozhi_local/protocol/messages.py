@@ -42,12 +42,17 @@ class AudioParams:
 
 @dataclass(frozen=True, slots=True)
 class ClientHello:
-    """A client's hello: the stock firmware's full one or a minimal ``{"type":"hello"}``."""
+    """A client's hello: the stock firmware's full one or a minimal ``{"type":"hello"}``.
+
+    Clients differ (types, missing or extra keys), so a hello is never refused for a field:
+    a field that cannot be used takes its default and is named in ``problems``.
+    """
 
     version: int | None = None
     transport: str | None = None
     features: dict[str, Any] = field(default_factory=dict)
     audio_params: AudioParams = AudioParams()
+    problems: tuple[str, ...] = ()
 
     @property
     def supports_mcp(self) -> bool:
@@ -57,9 +62,13 @@ class ClientHello:
 
 @dataclass(frozen=True, slots=True)
 class McpEnvelope:
-    """``{"type":"mcp","payload":{…}}``: a JSON-RPC message from the device."""
+    """A JSON-RPC message from the client: ``{"type":"mcp","payload":{…}}``, or bare (``bare``).
+
+    Clients of the ``mcp/registerTools`` dialect send JSON-RPC objects without the envelope.
+    """
 
     payload: dict[str, Any]
+    bare: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,53 +82,73 @@ class ControlMessage:
 type ClientMessage = ClientHello | McpEnvelope | ControlMessage
 
 
-def _int_field(obj: dict[str, Any], key: str, default: int, allowed: tuple[int, ...] | None = None) -> int:
-    value = obj.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise FrameError("bad_field", f"{key} must be an integer, got {type(value).__name__}")
-    if allowed is not None and value not in allowed:
-        raise FrameError("bad_field", f"{key} must be one of {allowed}, got {value}")
+def _int(value: Any) -> int | None:
+    """An integer, also from a numeric string (``"16000"``); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _int_field(
+    obj: dict[str, Any], key: str, default: int, problems: list[str], allowed: tuple[int, ...] | None = None
+) -> int:
+    if key not in obj:
+        return default
+    value = _int(obj[key])
+    if value is None or (allowed is not None and value not in allowed):
+        problems.append(f"{key} {obj[key]!r} is not usable")
+        return default
     return value
 
 
-def parse_audio_params(raw: Any) -> AudioParams:
-    """Validate ``audio_params``; missing keys take the firmware's defaults."""
+def parse_audio_params(raw: Any, problems: list[str]) -> AudioParams:
+    """``audio_params``; missing or unusable keys take the firmware's defaults (named in ``problems``)."""
     if raw is None:
         return AudioParams()
     if not isinstance(raw, dict):
-        raise FrameError("bad_field", "audio_params must be an object")
+        problems.append("audio_params is not an object")
+        return AudioParams()
     fmt = raw.get("format", "opus")
-    if not isinstance(fmt, str):
-        raise FrameError("bad_field", "audio_params.format must be a string")
     if fmt != "opus":
-        raise FrameError("bad_field", f"unsupported audio format {fmt!r}")
-    sample_rate = _int_field(raw, "sample_rate", 16000)
+        problems.append(f"audio format {fmt!r} is not opus; opus is used")
+    sample_rate = _int_field(raw, "sample_rate", 16000, problems)
     if not 8000 <= sample_rate <= 48000:
-        raise FrameError("bad_field", f"sample_rate {sample_rate} out of range")
+        problems.append(f"sample_rate {sample_rate} out of range")
+        sample_rate = 16000
     return AudioParams(
-        format=fmt,
+        format="opus",
         sample_rate=sample_rate,
-        channels=_int_field(raw, "channels", 1, (1, 2)),
-        frame_duration=_int_field(raw, "frame_duration", 60, FRAME_DURATIONS_MS),
+        channels=_int_field(raw, "channels", 1, problems, (1, 2)),
+        frame_duration=_int_field(raw, "frame_duration", 60, problems, FRAME_DURATIONS_MS),
     )
 
 
 def parse_hello(obj: dict[str, Any]) -> ClientHello:
-    """Validate a client hello (``type`` already checked)."""
+    """A client hello (``type`` already checked). Never refused: see ``ClientHello.problems``."""
+    problems: list[str] = []
     version: int | None = None
     if "version" in obj:
-        version = _int_field(obj, "version", 1, PROTOCOL_VERSIONS)
+        version = _int_field(obj, "version", 1, problems, PROTOCOL_VERSIONS)
     transport = obj.get("transport")
     if transport is not None and not isinstance(transport, str):
-        raise FrameError("bad_field", "transport must be a string")
+        problems.append("transport is not a string")
+        transport = None
     features = obj.get("features", {})
     if not isinstance(features, dict):
-        raise FrameError("bad_field", "features must be an object")
+        problems.append("features is not an object")
+        features = {}
     return ClientHello(
         version=version,
         transport=transport,
         features=features,
-        audio_params=parse_audio_params(obj.get("audio_params")),
+        audio_params=parse_audio_params(obj.get("audio_params"), problems),
+        problems=tuple(problems),
     )
 
 
@@ -135,6 +164,8 @@ def parse_client_frame(text: str) -> ClientMessage:
         raise FrameError("not_object", f"a JSON {type(obj).__name__} is not a message")
     msg_type = obj.get("type")
     if msg_type is None:
+        if "jsonrpc" in obj or "method" in obj:
+            return McpEnvelope(obj, bare=True)  # the registerTools dialect: JSON-RPC without envelope
         raise FrameError("no_type", "message has no type")
     if not isinstance(msg_type, str):
         raise FrameError("bad_field", "type must be a string")

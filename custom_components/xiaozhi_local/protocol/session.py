@@ -2,14 +2,19 @@
 
 Transport-agnostic: the runtime feeds received frames in and gives a coroutine that sends a
 text frame. Nothing a device sends can raise out of ``handle_text``/``handle_binary``.
+
+Clients differ (the stock firmware, py-xiaozhi, browser pages, the registerTools dialect); the
+session tells them apart by what they send: JSON-RPC with or without the ``mcp`` envelope (we
+answer the way they speak), MCP sent before the hello (kept and handled after it), and
+``mcp/registerTools`` instead of a hello.
 """
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 import logging
 from typing import Any, Final, Protocol
 
-from .mcp import McpClient
+from .mcp import McpClient, McpError
 from .messages import (
     DOWNLINK_SAMPLE_RATE,
     ClientHello,
@@ -22,6 +27,17 @@ from .messages import (
     parse_client_frame,
     server_hello,
 )
+from .register import (
+    INVALID_REQUEST,
+    METHOD_AI_MESSAGE,
+    METHOD_NOT_FOUND,
+    METHOD_REGISTER,
+    Registration,
+    RegistrationError,
+    ai_message,
+    parse_registration,
+    registered_answer,
+)
 
 MAX_TEXT_FRAME: Final = 64 * 1024
 """Largest text frame we look at. Stock firmware sends frames of at most 65 535 bytes."""
@@ -31,6 +47,9 @@ MAX_BINARY_FRAME: Final = 16 * 1024
 
 HELLO_TIMEOUT: Final = 10.0
 """Seconds a client has to send its hello after connecting."""
+
+MAX_EARLY_MCP: Final = 32
+"""JSON-RPC messages kept from before the hello (clients that answer MCP before the server hello)."""
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -65,6 +84,12 @@ class SessionHandler(Protocol):
     def on_audio(self, data: bytes) -> None:
         """A binary frame after the hello."""
 
+    def on_register(self, registration: Registration) -> None:
+        """The client registered its tools (``mcp/registerTools``); replaces earlier ones."""
+
+    def on_tool_error(self, tool: str, error: McpError) -> None:
+        """A ``control`` tool, already reported done, failed on the client."""
+
 
 type SendText = Callable[[str], Awaitable[None]]
 
@@ -88,14 +113,28 @@ class DeviceSession:
         self.sample_rate = sample_rate
         self.session_id = new_session_id()
         self.hello: ClientHello | None = None
-        self.mcp = McpClient(self._send_mcp, warn=self.log.report)
+        self.bare = False  # the client speaks JSON-RPC without the ``mcp`` envelope
+        self._early: deque[McpEnvelope] = deque(maxlen=MAX_EARLY_MCP)
+        self.mcp = McpClient(self._send_mcp, warn=self.log.report, on_late_error=handler.on_tool_error)
+
+    @property
+    def registered(self) -> bool:
+        """Whether the client speaks the registerTools dialect (it registered its tools)."""
+        return self.mcp.registered is not None
 
     async def send_json(self, message: dict[str, Any]) -> None:
         """Send one JSON text frame."""
         await self._send_text(dumps(message))
 
     async def _send_mcp(self, payload: dict[str, Any]) -> None:
-        await self.send_json(mcp_envelope(payload, self.session_id))
+        await self.send_json(payload if self.bare else mcp_envelope(payload, self.session_id))
+
+    async def send_ai_message(self, kind: str, content: str) -> bool:
+        """``mcp/ai/message`` (chunk, final, thought) to a registerTools client; False for others."""
+        if not self.registered:
+            return False
+        await self.mcp.notify(METHOD_AI_MESSAGE, ai_message(kind, content))
+        return True
 
     async def handle_text(self, text: str) -> None:
         """Handle one received text frame."""
@@ -109,10 +148,19 @@ class DeviceSession:
             return
         if isinstance(message, ClientHello):
             await self._handle_hello(message)
+        elif isinstance(message, McpEnvelope):
+            if self.hello is not None:
+                await self._handle_mcp(message)
+            elif message.payload.get("method") == METHOD_REGISTER:
+                # A client of the registerTools dialect may never say hello: its registration is one.
+                await self._start(ClientHello(), send_hello=False)
+                await self._handle_mcp(message)
+            else:
+                if len(self._early) == self._early.maxlen:
+                    self.log.report("before_hello", "dropped an MCP message sent long before its hello")
+                self._early.append(message)
         elif self.hello is None:
             self.log.report("before_hello", "dropped a frame sent before its hello")
-        elif isinstance(message, McpEnvelope):
-            await self._handle_mcp(message.payload)
         else:
             self._handler.on_control(message)
 
@@ -126,13 +174,26 @@ class DeviceSession:
             self._handler.on_audio(data)
 
     async def _handle_hello(self, hello: ClientHello) -> None:
-        first = self.hello is None
-        self.hello = hello
-        await self.send_json(server_hello(self.session_id, self.sample_rate))
-        if first:
-            self._handler.on_hello(hello)
+        if hello.problems:
+            self.log.report("odd_hello", f"hello accepted with defaults: {'; '.join(hello.problems)}")
+        if self.hello is None:
+            await self._start(hello, send_hello=True)
+        else:
+            self.hello = hello
+            await self.send_json(server_hello(self.session_id, self.sample_rate))
 
-    async def _handle_mcp(self, payload: dict[str, Any]) -> None:
+    async def _start(self, hello: ClientHello, *, send_hello: bool) -> None:
+        """The session begins: answer the hello, tell the handler, then handle MCP sent early."""
+        self.hello = hello
+        if send_hello:
+            await self.send_json(server_hello(self.session_id, self.sample_rate))
+        self._handler.on_hello(hello)
+        while self._early:
+            await self._handle_mcp(self._early.popleft())
+
+    async def _handle_mcp(self, message: McpEnvelope) -> None:
+        self.bare = message.bare  # answer the way the client speaks
+        payload = message.payload
         method = payload.get("method")
         if method is None:
             if "id" not in payload:
@@ -142,19 +203,46 @@ class DeviceSession:
             return
         if not isinstance(method, str):
             self.log.report("bad_field", "dropped a JSON-RPC message whose method is not a string")
+            if "id" in payload:
+                await self._send_error(payload["id"], INVALID_REQUEST, "method must be a string")
             return
-        if "id" not in payload:
+        if method == METHOD_REGISTER:
+            await self._handle_register(payload)
+        elif "id" not in payload:
             self._handler.on_notification(method, payload.get("params"))
+        else:
+            # A request for a method we do not serve (a ``local`` tool, say): never leave it unanswered.
+            await self._send_error(payload["id"], METHOD_NOT_FOUND, f"Method not found: {method}")
+
+    async def _handle_register(self, payload: dict[str, Any]) -> None:
+        try:
+            registration = parse_registration(payload.get("params"), self.device_id)
+        except RegistrationError as err:
+            self.log.report("bad_registration", f"refused mcp/registerTools: {err}")
+            if "id" in payload:
+                await self._send_error(payload["id"], err.code, f"Invalid registration: {err}")
             return
-        # A request from the device: we serve no methods yet, but never leave it unanswered.
-        await self._send_mcp(
-            {
-                "jsonrpc": "2.0",
-                "id": payload["id"],
-                "error": {"code": -32601, "message": f"Method not found: {method}"},
-            }
-        )
+        self.mcp.use_registered_tools(registration.remote)
+        self._handler.on_register(registration)
+        if "id" in payload:
+            await self._send_mcp(
+                {"jsonrpc": "2.0", "id": _echo_id(payload["id"]), "result": registered_answer(registration)}
+            )
+
+    async def _send_error(self, request_id: Any, code: int, message: str) -> None:
+        if not _valid_id(request_id):
+            code, message, request_id = INVALID_REQUEST, f"Invalid request id; {message}", None
+        await self._send_mcp({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
 
     def close(self, reason: str = "connection closed") -> None:
         """The connection is gone: fail whatever waits on it."""
         self.mcp.close(reason)
+
+
+def _valid_id(value: Any) -> bool:
+    """JSON-RPC ids are strings, numbers or null."""
+    return value is None or (isinstance(value, (str, int, float)) and not isinstance(value, bool))
+
+
+def _echo_id(value: Any) -> Any:
+    return value if _valid_id(value) else None
