@@ -1,4 +1,8 @@
-"""``python -m bench audio``: the voice audio path on this machine, with figures.
+"""``python -m bench {audio,fuzz,all}``: figures of this machine, written to ``bench/README.md``.
+
+``fuzz``: hostile frames through the protocol layer (see ``bench/fuzz.py``).
+
+``audio``: the voice audio path.
 
 Measures the code the integration runs (``protocol/audio.py``):
 - Opus decode (uplink, 16 kHz 60 ms packets) and encode (downlink, 24 kHz) cost as real-time factors,
@@ -21,6 +25,8 @@ import time
 import wave
 
 from custom_components.xiaozhi_local.protocol.audio import OpusDecoder, OpusEncoder, Pacer
+
+from .fuzz import fuzz_report, run_fuzz
 
 ROOT = Path(__file__).parent
 SPEECH = ROOT.parent / "tests" / "fixtures" / "speech_16k.wav"
@@ -164,22 +170,48 @@ async def audio(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+HEADER = (
+    "# Benchmarks\n\nFigures from one run of one command, so they can be compared next time. "
+    "They are not part of the test run.\n\n"
+    "Reproduce: `script/bootstrap && .venv/bin/python -m bench all` (or one of `audio`, `fuzz`).\n"
+)
+
+
+def write_sections(reports: list[str]) -> None:
+    """Replace the README's sections that this run measured (by heading); keep the others."""
+    path = ROOT / "README.md"
+    text = path.read_text() if path.exists() else ""
+    sections: dict[str, str] = {}
+    for chunk in text.split("\n## ")[1:]:
+        heading = chunk.split("\n", 1)[0]
+        sections[heading] = "## " + chunk.strip()
+    for report in reports:
+        sections[report.split("\n", 1)[0].removeprefix("## ")] = report.strip()
+    path.write_text(HEADER + "\n" + "\n\n".join(sections.values()) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("which", choices=["audio"])
+    parser.add_argument("which", choices=["audio", "fuzz", "all"])
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 20, 100])
     parser.add_argument("--seconds", type=float, default=5.0, help="audio per paced stream")
+    parser.add_argument("--frames", type=int, default=100_000, help="hostile frames for fuzz")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the hostile frames")
     parser.add_argument("--no-write", action="store_true", help="print only; do not update bench/README.md")
     args = parser.parse_args()
-    report = asyncio.run(audio(args))
-    print(report)
+    reports: list[str] = []
+    failed = False
+    if args.which in ("fuzz", "all"):
+        result = asyncio.run(run_fuzz(args.frames, args.seed))
+        failed = bool(result["crashes"]) or bool(result["bad_replies"])
+        reports.append(fuzz_report(result, machine(), time.strftime("%Y-%m-%d")))
+    if args.which in ("audio", "all"):
+        reports.append(asyncio.run(audio(args)))
+    for report in reports:
+        print(report, end="\n\n")
     if not args.no_write:
-        (ROOT / "README.md").write_text(
-            "# Benchmarks\n\nFigures from one run of one command, so they can be compared next time. "
-            "They are not part of the test run.\n\n"
-            "Reproduce: `script/bootstrap && .venv/bin/python -m bench audio`.\n\n" + report + "\n"
-        )
-    return 0
+        write_sections(reports)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
