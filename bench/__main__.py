@@ -1,5 +1,7 @@
 """``python -m bench {audio,fuzz,all}``: figures of this machine, written to ``bench/README.md``.
 
+``load``: a real Home Assistant process and many simulated devices (see ``bench/load.py``).
+
 ``fuzz``: hostile frames through the protocol layer (see ``bench/fuzz.py``).
 
 ``audio``: the voice audio path.
@@ -27,6 +29,7 @@ import wave
 from custom_components.xiaozhi_local.protocol.audio import OpusDecoder, OpusEncoder, Pacer
 
 from .fuzz import fuzz_report, run_fuzz
+from .load import load
 
 ROOT = Path(__file__).parent
 SPEECH = ROOT.parent / "tests" / "fixtures" / "speech_16k.wav"
@@ -173,7 +176,7 @@ async def audio(args: argparse.Namespace) -> str:
 HEADER = (
     "# Benchmarks\n\nFigures from one run of one command, so they can be compared next time. "
     "They are not part of the test run.\n\n"
-    "Reproduce: `script/bootstrap && .venv/bin/python -m bench all` (or one of `audio`, `fuzz`).\n"
+    "Reproduce: `script/bootstrap && .venv/bin/python -m bench all` (or one of `audio`, `fuzz`, `load`).\n"
 )
 
 
@@ -192,7 +195,13 @@ def write_sections(reports: list[str]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("which", choices=["audio", "fuzz", "all"])
+    parser.add_argument("which", choices=["audio", "fuzz", "load", "all"])
+    parser.add_argument("--devices", type=int, default=1000, help="simulated devices for load")
+    parser.add_argument("--concurrency", type=int, default=100, help="devices booting at once in the ramp")
+    parser.add_argument("--hold", type=float, default=20.0, help="seconds to hold all devices connected")
+    parser.add_argument("--calls", type=int, default=1000, help="call_tool round trips")
+    parser.add_argument("--rate", type=float, default=50.0, help="call_tool calls per second")
+    parser.add_argument("--port", type=int, default=18123, help="port of the bench's Home Assistant")
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 20, 100])
     parser.add_argument("--seconds", type=float, default=5.0, help="audio per paced stream")
     parser.add_argument("--frames", type=int, default=100_000, help="hostile frames for fuzz")
@@ -205,6 +214,19 @@ def main() -> int:
         result = asyncio.run(run_fuzz(args.frames, args.seed))
         failed = bool(result["crashes"]) or bool(result["bad_replies"])
         reports.append(fuzz_report(result, machine(), time.strftime("%Y-%m-%d")))
+    if args.which in ("load", "all"):
+        reports.append(
+            asyncio.run(
+                load(
+                    devices=args.devices,
+                    concurrency=args.concurrency,
+                    hold=args.hold,
+                    calls=args.calls,
+                    rate=args.rate,
+                    port=args.port,
+                )
+            )
+        )
     if args.which in ("audio", "all"):
         reports.append(asyncio.run(audio(args)))
     for report in reports:

@@ -26,8 +26,8 @@ SIM_MAC = "cc:ba:97:04:92:94"
 DEV_OPTIONS = {"accept_without_code": False, "websocket_url": "ws://127.0.0.1:8123/api/xiaozhi_local/v1/"}
 
 
-def main(config_dir: Path) -> None:
-    """Seed the entry if missing and print the simulated device's MAC and token."""
+def seed_entry(config_dir: Path, devices: list[tuple[str, str, str]], options: dict[str, object]) -> dict[str, object]:
+    """The hub entry (created with ``devices`` as ``(mac, token, title)`` when missing); returns it as stored."""
     path = config_dir / ".storage" / STORAGE_KEY
     store = (
         json.loads(path.read_text())
@@ -47,15 +47,13 @@ def main(config_dir: Path) -> None:
             discovery_keys=MappingProxyType({}),
             domain=DOMAIN,
             minor_version=1,
-            options=DEV_OPTIONS,
+            options=options,
             source=SOURCE_USER,
             subentries_data=[
                 ConfigSubentryData(
-                    data={"mac": SIM_MAC, "token": secrets.token_urlsafe(32)},
-                    subentry_type="device",
-                    title="Simulated xiaozhi",
-                    unique_id=SIM_MAC,
+                    data={"mac": mac, "token": token}, subentry_type="device", title=title, unique_id=mac
                 )
+                for mac, token, title in devices
             ],
             title="Xiaozhi Local",
             unique_id=None,
@@ -65,7 +63,16 @@ def main(config_dir: Path) -> None:
         entries.append(hub)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(store, indent=2))
-    device = next((s for s in hub.get("subentries", []) if s["data"].get("mac") == SIM_MAC), None)
+    stored: dict[str, object] = hub
+    return stored
+
+
+def main(config_dir: Path) -> None:
+    """Seed the entry if missing and print the simulated device's MAC and token."""
+    hub = seed_entry(config_dir, [(SIM_MAC, secrets.token_urlsafe(32), "Simulated xiaozhi")], DEV_OPTIONS)
+    subentries = hub.get("subentries", [])
+    assert isinstance(subentries, list)
+    device = next((s for s in subentries if s["data"].get("mac") == SIM_MAC), None)
     if device is None:
         sys.exit(
             f"The existing Xiaozhi Local entry has no device {SIM_MAC}; add it in the UI or remove config/.storage"

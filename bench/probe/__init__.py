@@ -1,0 +1,105 @@
+"""``bench_probe``: a bench-only custom component, copied into the bench's HA config (never shipped).
+
+It measures Home Assistant from the inside, where the bench cannot: event-loop lag, tasks, file
+descriptors, resident memory and Xiaozhi Local's sessions, served at ``GET /api/bench_probe``.
+It also writes an access token for the bench's WebSocket API calls to ``<config>/bench_token``.
+"""
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from homeassistant.auth.const import GROUP_ID_ADMIN
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
+from homeassistant.helpers.typing import ConfigType
+
+DOMAIN = "bench_probe"
+INTERVAL = 0.02
+
+
+class Lag:
+    """How late a 20 ms timer fires, sampled for as long as HA runs."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            start = loop.time()
+            await asyncio.sleep(INTERVAL)
+            self.samples.append(max(0.0, loop.time() - start - INTERVAL))
+            if len(self.samples) > 200_000:
+                del self.samples[:100_000]
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def _rss_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _process() -> tuple[int, int]:
+    return _rss_kb(), len(os.listdir("/proc/self/fd"))
+
+
+class ProbeView(HomeAssistantView):
+    """``GET /api/bench_probe[?reset=1]``."""
+
+    url = "/api/bench_probe"
+    name = "api:bench_probe"
+    requires_auth = False
+
+    def __init__(self, lag: Lag) -> None:
+        self.lag = lag
+
+    async def get(self, request: web.Request) -> web.Response:
+        hass = request.app[KEY_HASS]
+        samples = self.lag.samples
+        rss_kb, fds = await hass.async_add_executor_job(_process)
+        data: dict[str, Any] = {
+            "rss_kb": rss_kb,
+            "tasks": len(asyncio.all_tasks()),
+            "fds": fds,
+            "lag_ms": {
+                "count": len(samples),
+                "p50": _pct(samples, 50) * 1000,
+                "p99": _pct(samples, 99) * 1000,
+                "max": max(samples, default=0.0) * 1000,
+            },
+        }
+        entries = hass.config_entries.async_entries("xiaozhi_local")
+        hub = getattr(entries[0], "runtime_data", None) if entries else None
+        if hub is not None:
+            devices = hub.devices.values()
+            data["devices"] = len(hub.devices)
+            data["connected"] = sum(1 for d in devices if d.connection is not None)
+            data["ready"] = sum(1 for d in devices if d.connection is not None and d.connection.settled.is_set())
+            data["connections"] = len(hub.connections)
+        if request.query.get("reset"):
+            samples.clear()
+        return web.json_response(data)
+
+
+async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
+    """Start sampling, serve the view, write a token."""
+    lag = Lag()
+    hass.async_create_background_task(lag.run(), "bench_probe lag")
+    hass.http.register_view(ProbeView(lag))
+    user = await hass.auth.async_create_system_user("bench", group_ids=[GROUP_ID_ADMIN])
+    refresh = await hass.auth.async_create_refresh_token(user)
+    token = hass.auth.async_create_access_token(refresh)
+    path = Path(hass.config.path("bench_token"))
+    await hass.async_add_executor_job(path.write_text, token)
+    return True
