@@ -1,0 +1,88 @@
+"""Diagnostics for the hub and each device: what a bug report needs, with secrets redacted.
+
+Tokens, pairing codes and challenges never appear: they are left out, and whatever a device
+reported is passed through ``async_redact_data`` as well.
+"""
+
+from dataclasses import asdict
+from typing import Any
+
+from homeassistant.components.diagnostics import async_redact_data
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import device_registry as dr
+
+from .const import CONF_TOKEN, DOMAIN
+from .device import XiaozhiDevice
+from .hub import XiaozhiConfigEntry
+from .urls import ota_url
+
+TO_REDACT = {CONF_TOKEN, "code", "challenge", "access_token", "authorization", "password", "ssid", "uuid"}
+
+
+def _device(device: XiaozhiDevice) -> dict[str, Any]:
+    connection = device.connection
+    session = connection.session if connection is not None else None
+    hello = session.hello if session is not None else None
+    data: dict[str, Any] = {
+        "mac": device.mac,
+        "name": device.name,
+        "connected": connection is not None,
+        "last_seen": device.last_seen.isoformat() if device.last_seen else None,
+        "server_info": {"name": device.server_info.name, "version": device.server_info.version},
+        "problems": dict(device.log.counts),
+        "tools": [tool.as_dict() for tool in device.tools.values()],
+        "last_values": device.queries,
+        "pending_settings": {key: setting.get("value") for key, setting in device.pending.items()},
+        "photo": {"bytes": len(device.photo), "at": device.photo_at.isoformat() if device.photo_at else None}
+        if device.photo is not None
+        else None,
+        "voice": device.voice is not None,
+    }
+    if connection is not None and session is not None:
+        data["connection"] = {
+            "client_id": connection.client.client_id,
+            "protocol_version": connection.client.protocol_version,
+            "dialect": "registerTools" if session.registered else "mcp",
+            "bare_json_rpc": session.bare,
+            "hello": None
+            if hello is None
+            else {
+                "version": hello.version,
+                "transport": hello.transport,
+                "features": hello.features,
+                "audio_params": asdict(hello.audio_params),
+                "problems": list(hello.problems),
+            },
+            "discovered": connection.discovered.is_set(),
+            "settled": connection.settled.is_set(),
+            "pending_requests": session.mcp.pending_count,
+            "audio_frames": connection.audio_frames,
+            "dropped_frames": connection.dropped_frames,
+            "missed_pings": connection.missed_pings,
+        }
+    redacted: dict[str, Any] = async_redact_data(data, TO_REDACT)
+    return redacted
+
+
+async def async_get_config_entry_diagnostics(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> dict[str, Any]:
+    """The hub: options, the URLs devices get, pairing and connection counts, every device."""
+    hub = entry.runtime_data
+    return {
+        "options": async_redact_data(dict(entry.options), TO_REDACT),
+        "websocket_url": hub.websocket_url(),
+        "ota_url": ota_url(hass),
+        "pending_pairings": len(hub.pairing),
+        "open_connections": len(hub.connections),
+        "devices": [_device(device) for device in hub.devices.values()],
+    }
+
+
+async def async_get_device_diagnostics(
+    hass: HomeAssistant, entry: XiaozhiConfigEntry, device_entry: dr.DeviceEntry
+) -> dict[str, Any]:
+    """One device."""
+    mac = next((ident for domain, ident in device_entry.identifiers if domain == DOMAIN), None)
+    device = entry.runtime_data.devices.get(mac) if mac else None
+    if device is None:
+        return {"error": "not a paired device"}
+    return _device(device)
