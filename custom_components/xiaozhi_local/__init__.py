@@ -1,7 +1,9 @@
 """Xiaozhi Local: Home Assistant as the server of xiaozhi voice devices."""
 
-from homeassistant.const import Platform
-from homeassistant.core import HomeAssistant
+from typing import Any
+
+from homeassistant.const import EVENT_CORE_CONFIG_UPDATE, Platform
+from homeassistant.core import Event, HomeAssistant, callback
 from homeassistant.helpers import config_validation as cv, llm as llm_helper
 from homeassistant.helpers.typing import ConfigType
 
@@ -10,6 +12,7 @@ from .http import XiaozhiWebSocketView
 from .hub import XiaozhiConfigEntry, XiaozhiHub
 from .llm import API_NAME, XiaozhiDevicesAPI
 from .ota import XiaozhiActivateView, XiaozhiOtaView
+from .repairs import async_check_ffmpeg, async_check_url
 from .services import async_setup_services
 from .vision import XiaozhiVisionView
 
@@ -47,12 +50,21 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
     entry.runtime_data = hub
     entry.async_on_unload(entry.add_update_listener(_async_entry_updated))
     await hass.config_entries.async_forward_entry_setups(entry, PLATFORMS)
+
+    @callback
+    def core_config_updated(_event: Event[Any]) -> None:
+        async_check_url(hass, dict(entry.options))  # the internal URL may have changed
+
+    entry.async_on_unload(hass.bus.async_listen(EVENT_CORE_CONFIG_UPDATE, core_config_updated))
+    async_check_url(hass, dict(entry.options))
+    await async_check_ffmpeg(hass)
     return True
 
 
 async def _async_entry_updated(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> None:
     """Devices added, changed or removed: applied without dropping the other connections."""
     entry.runtime_data.async_sync_devices()
+    async_check_url(hass, dict(entry.options))
 
 
 async def async_unload_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:

@@ -85,6 +85,7 @@ class XiaozhiDevice:
         self.voice: VoiceHandler | None = None  # the assist satellite, once it exists
         self.server_info = ServerInfo()
         self.last_seen: datetime | None = None
+        self.refused_tokens = 0  # connections refused in a row for a wrong token (a repair issue at 5)
         self.log = OnceLogger(self.mac, _LOGGER)  # each kind of problem is logged once per device
         self._persist = persist or (lambda: None)
         self._listeners: list[Callable[[], None]] = []

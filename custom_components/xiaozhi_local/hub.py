@@ -29,6 +29,7 @@ from .const import (
 )
 from .device import XiaozhiDevice
 from .pairing import DeviceReport, PairingManager, PendingDevice, new_token
+from .repairs import async_token_accepted, async_wrong_token
 from .urls import websocket_url
 
 _LOGGER = logging.getLogger(__name__)
@@ -166,7 +167,16 @@ class XiaozhiHub:
         device = self.devices.get(mac)
         expected = device.token if device is not None else _DUMMY_TOKEN
         matches = hmac.compare_digest(expected.encode(), token.encode())
-        return device if device is not None and matches and token else None
+        if device is None:
+            return None
+        if not matches or not token:
+            device.refused_tokens += 1
+            async_wrong_token(self.hass, mac, device.name, device.refused_tokens)
+            return None
+        if device.refused_tokens:
+            device.refused_tokens = 0
+            async_token_accepted(self.hass, mac)
+        return device
 
     @callback
     def async_get_device(self, device_id: str) -> XiaozhiDevice | None:

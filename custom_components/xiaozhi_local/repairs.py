@@ -1,0 +1,91 @@
+"""Repair issues, where the user must act.
+
+- ``unreachable_url``: the URLs devices are given point at this machine only (Home Assistant's
+  internal URL is unset or ``localhost``), so a device on the LAN cannot reach them.
+- ``ffmpeg_missing``: the ``ffmpeg`` program is not installed: the voice satellite cannot speak.
+- ``wrong_token``: a paired device keeps presenting a wrong token (it was re-flashed or its token
+  was regenerated without it rebooting; or someone is guessing).
+"""
+
+import shutil
+
+from homeassistant.components.ffmpeg import get_ffmpeg_manager
+from homeassistant.core import HomeAssistant, callback
+from homeassistant.helpers import issue_registry as ir
+from homeassistant.helpers.network import NoURLAvailableError, get_url
+from yarl import URL
+
+from .const import CONF_WEBSOCKET_URL, DOMAIN
+
+ISSUE_UNREACHABLE_URL = "unreachable_url"
+ISSUE_FFMPEG_MISSING = "ffmpeg_missing"
+ISSUE_WRONG_TOKEN = "wrong_token"
+WRONG_TOKEN_LIMIT = 5
+"""Refused connections in a row, with a paired MAC, before the user is told."""
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
+
+
+@callback
+def async_check_url(hass: HomeAssistant, options: dict[str, object]) -> None:
+    """Raise or clear ``unreachable_url`` for the URLs devices are given now."""
+    if options.get(CONF_WEBSOCKET_URL):
+        ir.async_delete_issue(hass, DOMAIN, ISSUE_UNREACHABLE_URL)  # the user chose the URL devices reach
+        return
+    try:
+        base = get_url(hass, allow_external=False, allow_cloud=False, prefer_external=False)
+    except NoURLAvailableError:
+        base = None
+    host = URL(base).host if base else None
+    if host is None or host in LOOPBACK_HOSTS or host.startswith("127."):
+        ir.async_create_issue(
+            hass,
+            DOMAIN,
+            ISSUE_UNREACHABLE_URL,
+            is_fixable=False,
+            severity=ir.IssueSeverity.WARNING,
+            translation_key=ISSUE_UNREACHABLE_URL,
+            translation_placeholders={"url": base or "-"},
+            learn_more_url="https://www.home-assistant.io/docs/configuration/basic/#internal_url",
+        )
+    else:
+        ir.async_delete_issue(hass, DOMAIN, ISSUE_UNREACHABLE_URL)
+
+
+async def async_check_ffmpeg(hass: HomeAssistant) -> None:
+    """Raise or clear ``ffmpeg_missing``."""
+    binary = get_ffmpeg_manager(hass).binary
+    found = await hass.async_add_executor_job(shutil.which, binary)
+    if found is None:
+        ir.async_create_issue(
+            hass,
+            DOMAIN,
+            ISSUE_FFMPEG_MISSING,
+            is_fixable=False,
+            severity=ir.IssueSeverity.ERROR,
+            translation_key=ISSUE_FFMPEG_MISSING,
+            translation_placeholders={"binary": binary},
+        )
+    else:
+        ir.async_delete_issue(hass, DOMAIN, ISSUE_FFMPEG_MISSING)
+
+
+@callback
+def async_wrong_token(hass: HomeAssistant, mac: str, name: str, refusals: int) -> None:
+    """A paired device was refused for its token ``refusals`` times in a row."""
+    if refusals >= WRONG_TOKEN_LIMIT:
+        ir.async_create_issue(
+            hass,
+            DOMAIN,
+            f"{ISSUE_WRONG_TOKEN}_{mac}",
+            is_fixable=False,
+            severity=ir.IssueSeverity.WARNING,
+            translation_key=ISSUE_WRONG_TOKEN,
+            translation_placeholders={"device": name, "mac": mac, "count": str(refusals)},
+        )
+
+
+@callback
+def async_token_accepted(hass: HomeAssistant, mac: str) -> None:
+    """The device got in: its wrong-token issue, if any, is over."""
+    ir.async_delete_issue(hass, DOMAIN, f"{ISSUE_WRONG_TOKEN}_{mac}")

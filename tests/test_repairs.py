@@ -1,0 +1,73 @@
+"""Repair issues where the user must act: unreachable URL, missing ffmpeg, a device with a wrong token."""
+
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import issue_registry as ir
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.xiaozhi_local import repairs
+from custom_components.xiaozhi_local.const import DOMAIN, WS_PATH
+
+from .conftest import MAC, TOKEN
+
+
+def issue(hass: HomeAssistant, issue_id: str) -> ir.IssueEntry | None:
+    return ir.async_get(hass).async_get_issue(DOMAIN, issue_id)
+
+
+async def test_unreachable_url_follows_the_internal_url(
+    hass: HomeAssistant, setup_integration: MockConfigEntry
+) -> None:
+    await hass.config.async_update(internal_url="http://localhost:8123")
+    await hass.async_block_till_done()
+    found = issue(hass, repairs.ISSUE_UNREACHABLE_URL)
+    assert found is not None
+    assert found.translation_placeholders == {"url": "http://localhost:8123"}
+    assert found.severity is ir.IssueSeverity.WARNING
+    await hass.config.async_update(internal_url="http://192.168.1.20:8123")
+    await hass.async_block_till_done()
+    assert issue(hass, repairs.ISSUE_UNREACHABLE_URL) is None
+    await hass.config.async_update(internal_url="http://127.0.0.1:8123")
+    await hass.async_block_till_done()
+    assert issue(hass, repairs.ISSUE_UNREACHABLE_URL) is not None
+    # A WebSocket URL chosen in the options is what devices get: nothing to repair.
+    hass.config_entries.async_update_entry(
+        setup_integration, options={"websocket_url": "ws://192.168.1.20:8123/api/xiaozhi_local/v1/"}
+    )
+    await hass.async_block_till_done()
+    assert issue(hass, repairs.ISSUE_UNREACHABLE_URL) is None
+
+
+async def test_ffmpeg_missing(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert issue(hass, repairs.ISSUE_FFMPEG_MISSING) is None  # installed here
+    monkeypatch.setattr("custom_components.xiaozhi_local.repairs.shutil.which", lambda _binary: None)
+    assert await hass.config_entries.async_reload(setup_integration.entry_id)
+    found = issue(hass, repairs.ISSUE_FFMPEG_MISSING)
+    assert found is not None
+    assert found.severity is ir.IssueSeverity.ERROR
+    assert found.translation_placeholders == {"binary": "ffmpeg"}
+
+
+async def test_wrong_token_repeated(hass: HomeAssistant, client: TestClient[Any, Any]) -> None:
+    issue_id = f"{repairs.ISSUE_WRONG_TOKEN}_{MAC}"
+    for attempt in range(repairs.WRONG_TOKEN_LIMIT):
+        assert issue(hass, issue_id) is None, attempt
+        resp = await client.get(WS_PATH, headers={"Authorization": "Bearer old-token", "Device-Id": MAC})
+        assert resp.status == 401
+    found = issue(hass, issue_id)
+    assert found is not None
+    assert found.translation_placeholders == {"device": "Kitchen", "mac": MAC, "count": "5"}
+    # Strangers never raise one (and learn nothing about which MACs are paired).
+    for _ in range(repairs.WRONG_TOKEN_LIMIT):
+        await client.get(WS_PATH, headers={"Authorization": "Bearer x", "Device-Id": "cc:ba:97:00:00:09"})
+    assert [i for i in ir.async_get(hass).issues.values() if i.domain == DOMAIN and "00:00:09" in i.issue_id] == []
+    # The device gets in with its token: the issue is over.
+    async with client.ws_connect(WS_PATH, headers={"Authorization": f"Bearer {TOKEN}", "Device-Id": MAC}) as ws:
+        await ws.send_str('{"type":"hello"}')
+        await ws.receive()
+    assert issue(hass, issue_id) is None
