@@ -284,9 +284,7 @@ class DeviceConnection:
     # -- what the voice satellite sends ------------------------------------------------------
 
     async def async_send_ai_message(self, kind: str, content: str) -> None:
-        """The agent's reply as ``mcp/ai/message`` (registerTools clients only; others ignore it)."""
-        if not self.session.registered or not content:
-            return
+        """The agent's reply as ``mcp/ai/message`` (the session sends it to registerTools clients only)."""
         # Gone: the satellite notices through the connection's end.
         with contextlib.suppress(McpError, ConnectionError, RuntimeError):
             await self.session.send_ai_message(kind, content)

@@ -12,10 +12,10 @@ import shutil
 from homeassistant.components.ffmpeg import get_ffmpeg_manager
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers import issue_registry as ir
-from homeassistant.helpers.network import NoURLAvailableError, get_url
 from yarl import URL
 
 from .const import CONF_WEBSOCKET_URL, DOMAIN
+from .urls import internal_base
 
 ISSUE_UNREACHABLE_URL = "unreachable_url"
 ISSUE_FFMPEG_MISSING = "ffmpeg_missing"
@@ -32,10 +32,7 @@ def async_check_url(hass: HomeAssistant, options: dict[str, object]) -> None:
     if options.get(CONF_WEBSOCKET_URL):
         ir.async_delete_issue(hass, DOMAIN, ISSUE_UNREACHABLE_URL)  # the user chose the URL devices reach
         return
-    try:
-        base = get_url(hass, allow_external=False, allow_cloud=False, prefer_external=False)
-    except NoURLAvailableError:
-        base = None
+    base = internal_base(hass)
     host = URL(base).host if base else None
     if host is None or host in LOOPBACK_HOSTS or host.startswith("127."):
         ir.async_create_issue(

@@ -8,11 +8,16 @@ from .const import OTA_PATH, VISION_PATH, WS_PATH
 FALLBACK_BASE = "http://homeassistant.local:8123"
 
 
-def _base(hass: HomeAssistant) -> str:
+def internal_base(hass: HomeAssistant) -> str | None:
+    """Home Assistant's internal URL (configured or found), or None when it has none."""
     try:
         return get_url(hass, allow_external=False, allow_cloud=False, prefer_external=False)
     except NoURLAvailableError:
-        return FALLBACK_BASE
+        return None
+
+
+def _base(hass: HomeAssistant) -> str:
+    return internal_base(hass) or FALLBACK_BASE
 
 
 def websocket_url(hass: HomeAssistant) -> str:

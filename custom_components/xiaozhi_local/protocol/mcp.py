@@ -231,8 +231,6 @@ class McpClient:
 
     async def _start(self, method: str, params: dict[str, Any] | None) -> tuple[RequestId, asyncio.Future[Any]]:
         """Send a request; its future is pending under its id until answered or dropped by the caller."""
-        if self._closed is not None:
-            raise self._closed
         if len(self._pending) >= self._max_pending:
             raise McpBusyError(f"{len(self._pending)} requests are already waiting")
         request_id = self._allocate_id()
@@ -242,14 +240,22 @@ class McpClient:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
-            await self._send(message)
-        except Exception as err:
+            await self._send_or_raise(message)
+        except McpError:
             self._pending.pop(request_id, None)
-            if isinstance(err, McpError):
-                raise
-            # the transport's own errors (closed socket …)
-            raise McpConnectionError(f"could not send {method}: {err}") from err
+            raise
         return request_id, future
+
+    async def _send_or_raise(self, message: dict[str, Any]) -> None:
+        """Send; the transport's own errors (closed socket …) become McpConnectionError."""
+        if self._closed is not None:
+            raise self._closed
+        try:
+            await self._send(message)
+        except McpError:
+            raise
+        except Exception as err:
+            raise McpConnectionError(f"could not send {message.get('method')}: {err}") from err
 
     async def request(self, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
         """Send a request and wait for its result. Raises an McpError subclass."""
@@ -264,14 +270,7 @@ class McpClient:
 
     async def notify(self, method: str, params: dict[str, Any]) -> None:
         """A JSON-RPC notification (no answer expected). Raises McpConnectionError when closed."""
-        if self._closed is not None:
-            raise self._closed
-        try:
-            await self._send({"jsonrpc": "2.0", "method": method, "params": params})
-        except McpError:
-            raise
-        except Exception as err:
-            raise McpConnectionError(f"could not send {method}: {err}") from err
+        await self._send_or_raise({"jsonrpc": "2.0", "method": method, "params": params})
 
     async def _fire(self, tool: str, method: str, params: dict[str, Any], timeout: float | None) -> None:
         """Send without waiting; a later error answer goes to ``on_late_error``, silence is forgotten."""
