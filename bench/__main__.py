@@ -201,6 +201,7 @@ def main() -> int:
     parser.add_argument("--hold", type=float, default=20.0, help="seconds to hold all devices connected")
     parser.add_argument("--calls", type=int, default=1000, help="call_tool round trips")
     parser.add_argument("--rate", type=float, default=50.0, help="call_tool calls per second")
+    parser.add_argument("--talkers", type=int, default=20, help="concurrent voice turns in load")
     parser.add_argument("--port", type=int, default=18123, help="port of the bench's Home Assistant")
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 20, 100])
     parser.add_argument("--seconds", type=float, default=5.0, help="audio per paced stream")
@@ -224,6 +225,7 @@ def main() -> int:
                     calls=args.calls,
                     rate=args.rate,
                     port=args.port,
+                    talkers=args.talkers,
                 )
             )
         )

@@ -7,7 +7,10 @@ from the inside. The devices run in this process, on loopback, each a stock-firm
 
 Phases: ramp (OTA, hello, initialize, a 20-tool ``tools/list`` each) and hold; ``call_tool``
 round trips through HA's WebSocket API next to a bare ``websockets`` echo; a storm of devices
-connecting in the same second and many connect/drop cycles, then a leak count.
+connecting in the same second and many connect/drop cycles, then a leak count; concurrent voice
+turns through a real pipeline (the probe's instant STT, agent and TTS; HA's ffmpeg) with real
+Opus both ways while the other devices stay connected; a restart of Home Assistant with every
+device retrying at once, counting entities before and after.
 """
 
 import asyncio
@@ -22,7 +25,9 @@ import signal
 import sys
 import tempfile
 import time
+from types import MappingProxyType
 from typing import Any
+import wave
 
 import aiohttp
 from websockets.asyncio.client import connect as ws_connect
@@ -31,6 +36,9 @@ from websockets.asyncio.server import serve
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 ROOT = Path(__file__).parent.parent
+SPEECH = ROOT / "tests" / "fixtures" / "speech_16k.wav"
+DOWNLINK_FRAME_S = 0.06  # the server hello's frame_duration
+TTS_LEAD_S = 0.3  # how far ahead of real time the satellite may send
 STOCK_TOOLS = 9  # what a stock board lists (user-only ones included)
 TOOLS = 20
 
@@ -59,12 +67,35 @@ def prepare(config: Path, devices: list[tuple[str, str]], port: int) -> None:
         [(mac, token, f"Bench {index}") for index, (mac, token) in enumerate(devices)],
         {"accept_without_code": False, "websocket_url": f"ws://127.0.0.1:{port}/api/xiaozhi_local/v1/"},
     )
+    seed_probe_entry(config)
     (config / "configuration.yaml").write_text(
         f"http:\n  server_port: {port}\napi:\nwebsocket_api:\nbench_probe:\nlogger:\n  default: warning\n"
     )
     (config / "custom_components").mkdir()
     (config / "custom_components" / "xiaozhi_local").symlink_to(ROOT / "custom_components" / "xiaozhi_local")
     shutil.copytree(ROOT / "bench" / "probe", config / "custom_components" / "bench_probe")
+
+
+def seed_probe_entry(config: Path) -> None:
+    """A config entry for ``bench_probe`` too: its voice providers are entity platforms."""
+    from homeassistant.config_entries import SOURCE_USER, STORAGE_KEY, ConfigEntry  # noqa: PLC0415
+
+    path = config / ".storage" / STORAGE_KEY
+    store = json.loads(path.read_text())
+    entry = ConfigEntry(
+        data={},
+        discovery_keys=MappingProxyType({}),
+        domain="bench_probe",
+        minor_version=1,
+        options={},
+        source=SOURCE_USER,
+        subentries_data=[],
+        title="Bench probe",
+        unique_id=None,
+        version=1,
+    )
+    store["data"]["entries"].append(json.loads(json.dumps(entry.as_dict(), default=str)))
+    path.write_text(json.dumps(store))
 
 
 @dataclass
@@ -256,7 +287,96 @@ async def storm(run: Run, sims: list[SimulatedDevice], together: int, cycles: in
     return {"storm_s": storm_s, "before": before, "after": after}
 
 
-async def load(*, devices: int, concurrency: int, hold: float, calls: int, rate: float, port: int) -> str:
+async def voice_turns(run: Run, sims: list[SimulatedDevice], turns: int) -> dict[str, Any]:
+    """``turns`` devices talk at once (push-to-talk, real-time Opus) while the others stay connected.
+
+    Per turn: ``listen stop`` → the STT's stream ended (ours: ending the uplink) → the TTS asked
+    for speech (HA's pipeline; the providers are instant) → the first Opus packet at the device
+    (HA's TTS conversion with ffmpeg, then ours: encode, the first-frame gap, send). Downlink
+    pacing as the device hears it: how late each packet came against a schedule that starts at
+    the first packet (60 ms a packet, the first 0.3 s may come early), and how many came after
+    the moment the speaker needed them (an audible gap).
+    """
+    with wave.open(str(SPEECH)) as wav:
+        pcm = wav.readframes(wav.getnframes())
+    talkers = sims[:turns]
+    marks = [len(sim.audio_at) for sim in talkers]
+    stops = [0.0] * len(talkers)
+
+    async def one(index: int, sim: SimulatedDevice) -> None:
+        await sim.say(pcm, mode="manual", realtime=True)
+        stops[index] = time.monotonic()
+        await sim.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", timeout=60)
+
+    results = await asyncio.gather(*(one(i, sim) for i, sim in enumerate(talkers)), return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    seen = {turn["mac"]: turn for turn in (await run.probe()).get("voice", []) if turn["mac"]}
+    totals, uplink, pipeline, downlink, late = [], [], [], [], []
+    gaps = packets = 0
+    for sim, mark, stop in zip(talkers, marks, stops, strict=True):
+        arrivals = sim.audio_at[mark:]
+        turn = seen.get(sim.options.mac)
+        if not arrivals or turn is None or not stop:
+            continue
+        first = arrivals[0]
+        totals.append(first - stop)
+        uplink.append(turn["stt_end"] - stop)
+        pipeline.append(turn["tts_at"] - turn["stt_end"])
+        downlink.append(first - turn["tts_at"])
+        for index, arrived in enumerate(arrivals):
+            late.append(max(0.0, arrived - (first + max(0.0, index * DOWNLINK_FRAME_S - TTS_LEAD_S))))
+            gaps += arrived > first + index * DOWNLINK_FRAME_S
+        packets += len(arrivals)
+    return {
+        "turns": len(totals),
+        "failures": f"{len(failures)} ({type(failures[0]).__name__}: {failures[0]})" if failures else "",
+        "total": totals,
+        "uplink": uplink,
+        "pipeline": pipeline,
+        "downlink": downlink,
+        "late": late,
+        "gaps": gaps,
+        "packets": packets,
+    }
+
+
+async def restart(run: Run, sims: list[SimulatedDevice], concurrency: int) -> dict[str, Any]:
+    """Every device connected, then Home Assistant stops and starts again while they all retry at once."""
+    await ramp(run, sims, concurrency)
+    await asyncio.sleep(2)
+    before = await run.probe()
+
+    async def reconnect(sim: SimulatedDevice) -> None:
+        await sim.wait_closed()
+        while True:
+            await asyncio.sleep(0.5 + secrets.randbelow(500) / 1000)
+            try:
+                await sim.connect()  # the token from before the restart
+            except Exception:  # noqa: BLE001 - HA is not up yet: refused, 404, a timeout
+                continue
+            return
+
+    stopped_at = time.monotonic()
+    await run.stop()
+    down_s = time.monotonic() - stopped_at
+    retrying = [asyncio.create_task(reconnect(sim)) for sim in sims]
+    await run.start()
+    up_s = time.monotonic() - stopped_at
+    await run.wait("ready", lambda ready: ready >= len(sims), 300)
+    ready_s = time.monotonic() - stopped_at
+    await asyncio.wait_for(asyncio.gather(*retrying), 60)
+    await asyncio.sleep(2)
+    after = await run.probe()
+    return {"down_s": down_s, "up_s": up_s, "ready_s": ready_s, "before": before, "after": after}
+
+
+def ms(values: list[float], q: float) -> str:
+    return f"{pct(values, q) * 1000:.0f}"
+
+
+async def load(
+    *, devices: int, concurrency: int, hold: float, calls: int, rate: float, port: int, talkers: int = 20
+) -> str:
     """The whole run; returns the README section."""
     from .__main__ import machine  # noqa: PLC0415 - shared with the other benches
 
@@ -280,7 +400,9 @@ async def load(*, devices: int, concurrency: int, hold: float, calls: int, rate:
         held = await run.probe(reset=True)
         ours = await tool_calls(run, [mac for mac, _ in pairs], calls, rate)
         bare = await echo_round_trips(calls, rate)
+        voice = await voice_turns(run, sims, min(talkers, devices))
         leaks = await storm(run, sims, min(200, devices), max(devices, 1000))
+        restarted = await restart(run, sims, concurrency)
     finally:
         await asyncio.gather(*(sim.drop() for sim in sims), return_exceptions=True)
         await run.stop()
@@ -314,6 +436,26 @@ async def load(*, devices: int, concurrency: int, hold: float, calls: int, rate:
         f"fds {before['fds']} → {after['fds']} | no growth |",
         f"| Memory after the cycles | {before['rss_kb'] / 1024:.0f} → {after['rss_kb'] / 1024:.0f} MB "
         f"({(after['rss_kb'] / before['rss_kb'] - 1) * 100:+.1f} %) | within 10 % |",
+        f"| {voice['turns']} voice turns at once (3 s of real-time Opus speech each, push-to-talk, a 2 s reply) "
+        f"with {devices - voice['turns']} other devices connected and idle: `listen stop` → first reply packet "
+        f"at the device (p50 / p99) | {ms(voice['total'], 50)} / {ms(voice['total'], 99)} ms"
+        f"{' — failures: ' + voice['failures'] if voice['failures'] else ''} | |",
+        f"| … of which ours, ending the uplink: `listen stop` → the STT's audio stream ended (p50 / p99) | "
+        f"{ms(voice['uplink'], 50)} / {ms(voice['uplink'], 99)} ms | |",
+        f"| … of which HA's pipeline (instant STT, agent and TTS): stream ended → TTS asked (p50 / p99) | "
+        f"{ms(voice['pipeline'], 50)} / {ms(voice['pipeline'], 99)} ms | |",
+        f"| … of which HA's TTS conversion (ffmpeg) and ours (Opus encode, the 80 ms first-frame gap, send): "
+        f"TTS asked → first packet at the device (p50 / p99) | {ms(voice['downlink'], 50)} / "
+        f"{ms(voice['downlink'], 99)} ms | |",
+        f"| Downlink pacing at the device, {voice['packets']} packets (lateness p50 / p99 / max) | "
+        f"{pct(voice['late'], 50) * 1000:.1f} / {pct(voice['late'], 99) * 1000:.1f} / "
+        f"{max(voice['late'], default=0) * 1000:.1f} ms; {voice['gaps']} packets after the speaker needed them | "
+        f"p99 < 15 ms; no gaps |",
+        f"| HA restart with all {devices} devices retrying at once: stopped / HTTP up / all ready again "
+        f"(from the stop) | {restarted['down_s']:.1f} / {restarted['up_s']:.1f} / {restarted['ready_s']:.1f} s | |",
+        f"| Entities and available entities before → after the restart (same tokens) | "
+        f"{restarted['before'].get('entities')} / {restarted['before'].get('available')} → "
+        f"{restarted['after'].get('entities')} / {restarted['after'].get('available')} | unchanged |",
     ]
     if os.environ.get("BENCH_KEEP") is None:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -6,11 +6,12 @@ import logging
 from typing import Any
 
 from aiohttp.test_utils import TestClient
+from homeassistant.const import EVENT_HOMEASSISTANT_STOP
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import entity_registry as er
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from custom_components.xiaozhi_local.const import DOMAIN, VISION_PATH
 from xiaozhi_sim.camera import BOUNDARY
@@ -120,3 +121,29 @@ async def test_reload_with_devices_connected_and_reconnecting(
         "number", "set_value", {"entity_id": "number.kitchen_volume", "value": 44}, blocking=True
     )
     assert again.state.volume == 44
+
+
+async def test_home_assistant_stopping_says_goodbye(
+    hass: HomeAssistant, make_device: DeviceFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """HA stopping closes every device socket with 1001 at once (HA's HTTP shutdown would wait for
+    them for seconds) and refuses new ones with 503, so the devices come back once HA has restarted."""
+    first = await make_device()
+    second = await make_device(mac=MAC2, token=TOKEN2)
+    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    await wait_settled(hub.devices[MAC])
+    waiting = await make_device(connect=False, mac=MAC2, token=TOKEN2)
+    await waiting.open()  # a socket still waiting for its hello is closed too
+    await (await waiting.connection.ping())  # answered by its running connection (autoping is off)
+    assert len(hub.connections) == 3
+    hass.bus.async_fire(EVENT_HOMEASSISTANT_STOP)
+    for device in (first, second, waiting):
+        async with asyncio.timeout(5):
+            await device.connection.wait_closed()
+        assert device.connection.close_code == 1001
+        assert device.connection.close_reason == "Home Assistant is stopping"
+    assert hub.connections == set()
+    with pytest.raises(InvalidStatus) as refused:
+        await make_device()
+    assert refused.value.response.status_code == 503
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

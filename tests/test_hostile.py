@@ -108,3 +108,31 @@ async def test_hostile_vision_uploads(
         assert resp.status in (400, 401, 413)
     assert errors_logged(caplog) == []
     assert setup_integration.runtime_data.devices[MAC].photo is None
+
+
+async def test_invalid_utf8_text_frame(
+    hass: HomeAssistant, make_device: DeviceFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A text frame that is not UTF-8 is a protocol error: the socket closes with 1007, nothing else breaks."""
+    device = await make_device()
+    xdev = hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC]
+    await wait_settled(xdev)
+    # A hello-shaped frame with a stray Latin-1 byte, sent as text exactly as a broken client would.
+    await device.connection.send(b'{"type":"listen","state":"detect","text":"caf\xe9"}', text=True)
+    await device.wait_closed()
+    assert device.connection.close_code == 1007
+    assert xdev.connection is None
+    assert any("connection error" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert errors_logged(caplog) == []
+    # The device reconnects and its tools work.
+    again = await make_device()
+    await wait_settled(xdev)
+    result = await hass.services.async_call(
+        DOMAIN,
+        "call_tool",
+        {"device_id": xdev.device_id, "tool": "self.audio_speaker.set_volume", "arguments": {"volume": 30}},
+        blocking=True,
+        return_response=True,
+    )
+    assert result is not None
+    assert again.state.volume == 30

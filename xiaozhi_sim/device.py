@@ -15,6 +15,7 @@ import contextlib
 from dataclasses import dataclass, field
 import json
 import logging
+import time
 from typing import Any, Literal
 from urllib.parse import urlencode
 import uuid
@@ -101,6 +102,7 @@ class SimulatedDevice:
         self.log: list[dict[str, Any]] = []  # server JSON other than mcp/hello, in order
         self._logged = asyncio.Event()
         self.audio: list[bytes] = []  # downlink packets accepted while speaking
+        self.audio_at: list[float] = []  # when each of them arrived (time.monotonic())
         self.dropped_audio = 0  # downlink packets that arrived in another state (the firmware drops them)
         self.speaker_pcm = bytearray()  # what the speaker played, decoded
         self._speaker: SpeakerDecoder | None = None
@@ -288,6 +290,7 @@ class SimulatedDevice:
             return
         packet = unframe(self.options.protocol_version, data)
         self.audio.append(packet)
+        self.audio_at.append(time.monotonic())
         self._logged.set()  # wakes wait_audio as well
         if self._speaker is not None:
             with contextlib.suppress(av.error.FFmpegError):  # logged and dropped by the firmware
@@ -338,6 +341,7 @@ class SimulatedDevice:
         wake_word: str | None = None,
         silence_after: float = 3.0,
         start: bool = True,
+        realtime: bool = False,
     ) -> None:
         """A spoken turn: (``listen detect``), ``listen start``, the microphone's packets, then silence.
 
@@ -345,6 +349,7 @@ class SimulatedDevice:
         ends the turn (``stt`` or ``tts start``) or ``silence_after`` seconds of it were sent.
         Manual mode sends ``listen stop`` after the speech (push-to-talk released). ``start=False``
         streams into a turn the device already started (after ``tts stop`` in auto mode).
+        ``realtime`` sends one packet per frame duration, as a microphone does (else 2 ms apart).
         """
         self.listening_mode = mode
         if wake_word is not None:
@@ -362,7 +367,8 @@ class SimulatedDevice:
                 if any(m.get("type") in ("stt", "tts") for m in self.log[marker:]) or self.closed.is_set():
                     break  # the server ended the turn (or the conversation)
                 await self.send_raw(frame(self.options.protocol_version, packet))
-                await asyncio.sleep(0.002)  # faster than real time, but not a flood
+                # faster than real time unless asked, but never a flood
+                await asyncio.sleep(self.frame_ms / 1000 if realtime else 0.002)
             if mode == "manual":
                 await self.send_json({"session_id": self.session_id, "type": "listen", "state": "stop"})
                 self.device_state = "idle"

@@ -3,6 +3,8 @@
 It measures Home Assistant from the inside, where the bench cannot: event-loop lag, tasks, file
 descriptors, resident memory and Xiaozhi Local's sessions, served at ``GET /api/bench_probe``.
 It also writes an access token for the bench's WebSocket API calls to ``<config>/bench_token``.
+With a config entry (the bench seeds one) it adds an instant STT, TTS and agent (``voice.py``) and
+makes them the preferred pipeline's engines; the probe then also serves their timestamps.
 """
 
 import asyncio
@@ -12,12 +14,19 @@ from typing import Any
 
 from aiohttp import web
 from homeassistant.auth.const import GROUP_ID_ADMIN
+from homeassistant.components.assist_pipeline.pipeline import async_get_pipeline, async_update_pipeline
+from homeassistant.config_entries import ConfigEntry
+from homeassistant.const import Platform
 from homeassistant.core import HomeAssistant
+from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 from homeassistant.helpers.typing import ConfigType
 
+from .voice import voice_log
+
 DOMAIN = "bench_probe"
 INTERVAL = 0.02
+PLATFORMS = [Platform.CONVERSATION, Platform.STT, Platform.TTS]
 
 
 class Lag:
@@ -87,6 +96,12 @@ class ProbeView(HomeAssistantView):
             data["connected"] = sum(1 for d in devices if d.connection is not None)
             data["ready"] = sum(1 for d in devices if d.connection is not None and d.connection.settled.is_set())
             data["connections"] = len(hub.connections)
+            registered = er.async_entries_for_config_entry(er.async_get(hass), entries[0].entry_id)
+            data["entities"] = len(registered)
+            data["available"] = sum(
+                1 for e in registered if (state := hass.states.get(e.entity_id)) and state.state != "unavailable"
+            )
+        data["voice"] = voice_log(hass).as_list()
         if request.query.get("reset"):
             samples.clear()
         return web.json_response(data)
@@ -102,4 +117,27 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     token = hass.auth.async_create_access_token(refresh)
     path = Path(hass.config.path("bench_token"))
     await hass.async_add_executor_job(path.write_text, token)
+    return True
+
+
+async def async_setup_entry(hass: HomeAssistant, entry: ConfigEntry) -> bool:
+    """The voice providers, as the preferred pipeline's engines."""
+    await hass.config_entries.async_forward_entry_setups(entry, PLATFORMS)
+    registry = er.async_get(hass)
+    engines = {
+        platform: registry.async_get_entity_id(platform, DOMAIN, f"bench_{name}")
+        for platform, name in (("stt", "stt"), ("tts", "tts"), ("conversation", "agent"))
+    }
+    await async_update_pipeline(
+        hass,
+        async_get_pipeline(hass),
+        stt_engine=engines["stt"],
+        stt_language="en-US",
+        tts_engine=engines["tts"],
+        tts_language="en-US",
+        tts_voice=None,
+        conversation_engine=engines["conversation"] or "conversation.home_assistant",
+        conversation_language="en",
+        language="en",
+    )
     return True

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from homeassistant.const import EVENT_CORE_CONFIG_UPDATE, Platform
+from homeassistant.const import EVENT_CORE_CONFIG_UPDATE, EVENT_HOMEASSISTANT_STOP, Platform
 from homeassistant.core import Event, HomeAssistant, callback
 from homeassistant.helpers import config_validation as cv, llm as llm_helper
 from homeassistant.helpers.typing import ConfigType
@@ -56,6 +56,13 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
         async_check_url(hass, dict(entry.options))  # the internal URL may have changed
 
     entry.async_on_unload(hass.bus.async_listen(EVENT_CORE_CONFIG_UPDATE, core_config_updated))
+
+    async def stopping(_event: Event[Any]) -> None:
+        # Say goodbye (1001, going away) instead of leaving the sockets to HA's HTTP shutdown,
+        # which waits for them for many seconds; the devices reconnect when HA is back.
+        await hub.async_shutdown("Home Assistant is stopping", 1001)
+
+    entry.async_on_unload(hass.bus.async_listen(EVENT_HOMEASSISTANT_STOP, stopping))
     async_check_url(hass, dict(entry.options))
     await async_check_ffmpeg(hass)
     return True

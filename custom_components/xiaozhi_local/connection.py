@@ -114,12 +114,12 @@ class DeviceConnection:
             _LOGGER.info("Device %s disconnected", self.device.mac)
         self.device.async_detach(self)
 
-    async def async_close(self, reason: str) -> None:
-        """Close from our side (replaced, unloaded, token changed)."""
+    async def async_close(self, reason: str, code: int = 1000) -> None:
+        """Close from our side (replaced, unloaded, token changed; 1001 when HA stops)."""
         _LOGGER.debug("Closing device %s: %s", self.device.mac, reason)
         self.session.close(reason)
         if not self.ws.closed:
-            await self.ws.close(code=1000, message=reason.encode()[:120])
+            await self.ws.close(code=code, message=reason.encode()[:120])
 
     def _within_rate(self, now: float) -> bool:
         """A token bucket: ``FRAME_RATE`` frames a second, bursts of ``FRAME_BURST``."""

@@ -3,7 +3,7 @@
 import logging
 
 from aiohttp import web
-from aiohttp.web_exceptions import HTTPNotFound, HTTPUnauthorized
+from aiohttp.web_exceptions import HTTPNotFound, HTTPServiceUnavailable, HTTPUnauthorized
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 
 from .connection import ClientInfo, DeviceConnection
@@ -61,6 +61,8 @@ class XiaozhiWebSocketView(HomeAssistantView):
         hass = request.app[KEY_HASS]
         if (hub := async_get_hub(hass)) is None:
             raise HTTPNotFound  # integration not loaded: the endpoint is inert
+        if hub.stopping:
+            raise HTTPServiceUnavailable  # Home Assistant is stopping: the device retries later
         raw_mac = _param(request, "Device-Id")
         mac = normalize_mac(raw_mac) if raw_mac else None
         token = bearer_token(_param(request, "Authorization"))

@@ -48,6 +48,7 @@ class XiaozhiHub:
         self.devices: dict[str, XiaozhiDevice] = {}
         self._by_device_id: dict[str, XiaozhiDevice] = {}
         self.connections: set[DeviceConnection] = set()  # every open socket, hello or not
+        self.stopping = False  # unloading, or Home Assistant stopping: no new connections
         self.pairing = PairingManager(on_drop=self._async_schedule_abort)
         self._no_connections = asyncio.Event()
         self._no_connections.set()
@@ -214,9 +215,14 @@ class XiaozhiHub:
         """Until every connection has ended (unload, tests)."""
         await self._no_connections.wait()
 
-    async def async_shutdown(self) -> None:
-        """Close every open connection, also those still waiting for their hello; save."""
-        await asyncio.gather(*(conn.async_close("integration unloaded") for conn in list(self.connections)))
+    async def async_shutdown(self, reason: str = "integration unloaded", code: int = 1000) -> None:
+        """Close every open connection, also those still waiting for their hello; save.
+
+        From now on the endpoint refuses devices (they retry): on unload, and when Home
+        Assistant stops, where an open WebSocket would hold its shutdown up for many seconds.
+        """
+        self.stopping = True
+        await asyncio.gather(*(conn.async_close(reason, code) for conn in list(self.connections)))
         await self._store.async_save(self._data_to_save())
 
 

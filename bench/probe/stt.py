@@ -1,0 +1,14 @@
+"""The bench's speech-to-text entity."""
+
+from homeassistant.config_entries import ConfigEntry
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
+
+from .voice import BenchSTT, voice_log
+
+
+async def async_setup_entry(
+    hass: HomeAssistant, entry: ConfigEntry, async_add_entities: AddConfigEntryEntitiesCallback
+) -> None:
+    """Add it."""
+    async_add_entities([BenchSTT(voice_log(hass))])
