@@ -67,7 +67,11 @@ async def discover(hass: HomeAssistant, entry: MockConfigEntry, mac: str = NEW_M
 
 async def test_discovered_device_pairs(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
     flow, code = await discover(hass, setup_integration)
-    assert flow["context"]["title_placeholders"] == {"board": "atoms3r", "mac": NEW_MAC}
+    assert flow["context"]["title_placeholders"] == {
+        "board": "atoms3r",
+        "mac": NEW_MAC,
+        "name": f"Xiaozhi atoms3r ({NEW_MAC})",
+    }
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": wrong(code)})
     assert result["errors"] == {"code": "invalid_code"}
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})

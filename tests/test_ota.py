@@ -68,7 +68,11 @@ async def test_whole_journey(
     flows = hass.config_entries.flow.async_progress_by_handler(DOMAIN)
     assert len(flows) == 1
     flow = flows[0]
-    assert flow["context"]["title_placeholders"] == {"board": "bread-compact-wifi", "mac": NEW_MAC}
+    assert flow["context"]["title_placeholders"] == {
+        "board": "bread-compact-wifi",
+        "mac": NEW_MAC,
+        "name": f"Xiaozhi bread-compact-wifi ({NEW_MAC})",
+    }
     assert flow["step_id"] == "pair"
     # Until the code is entered, /activate says 202.
     resp = await client.post(OTA_PATH + "activate", data="{}", headers=ota_headers())

@@ -73,7 +73,13 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
         if self._mac in hub.devices:
             return self.async_abort(reason="already_paired")
         board = discovery_info.get("board") or "device"
-        self.context["title_placeholders"] = {"board": board, "mac": self._mac}
+        # "name" is what the frontend shows where it has not loaded the flow_title translation
+        # (the integration's own page); without it, it shows the bare domain.
+        self.context["title_placeholders"] = {
+            "board": board,
+            "mac": self._mac,
+            "name": f"Xiaozhi {board} ({self._mac})",
+        }
         return await self.async_step_pair()
 
     async def async_step_pair(self, user_input: dict[str, Any] | None = None) -> ConfigFlowResult:

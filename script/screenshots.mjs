@@ -1,0 +1,61 @@
+// Take the screenshots in docs/ (run by script/screenshots, which starts HA and onboards it).
+// node screenshots.mjs BASE TOKENS_JSON OUT_DIR CODE DEVICE_ID
+import { createRequire } from "node:module";
+import { readFileSync } from "node:fs";
+
+const require = createRequire(`${process.env.NODE_PATH}/`);
+const { chromium } = require("playwright-core");
+
+const [base, tokensPath, out, code, deviceId] = process.argv.slice(2);
+const tokens = JSON.parse(readFileSync(tokensPath, "utf8"));
+
+const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox"] });
+const context = await browser.newContext({
+  viewport: { width: 1280, height: 860 },
+  colorScheme: "light",
+  locale: "en-US",
+});
+await context.addInitScript((stored) => {
+  window.localStorage.setItem("hassTokens", JSON.stringify(stored));
+  window.localStorage.setItem("selectedLanguage", JSON.stringify("en"));
+}, tokens);
+const page = await context.newPage();
+
+async function open(path, text) {
+  await page.goto(base + path);
+  await page.getByText(text).first().waitFor({ timeout: 60000 });
+  await page.waitForTimeout(2000); // icons, images and late states
+}
+
+async function shot(name, fullPage = false) {
+  await page.screenshot({ path: `${out}/${name}.png`, fullPage });
+  console.log(`${out}/${name}.png`);
+}
+
+// The integrations dashboard: the Xiaozhi Local card and the "wants to join" discovery card.
+await open("/config/integrations/dashboard", "wants to join");
+await shot("discovered");
+
+// The integration's page: the hub entry and its devices.
+await open("/config/integrations/integration/xiaozhi_local", "Simulated xiaozhi");
+await shot("integration");
+
+// The code entry: the discovery card's Add, the code the device speaks typed in.
+await open("/config/integrations/dashboard", "wants to join");
+await page.getByRole("button", { name: "Add", exact: true }).first().click();
+const dialog = page.locator("dialog-data-entry-flow");
+await dialog.getByRole("textbox").first().fill(code);
+await page.waitForTimeout(1000);
+await shot("code-entry");
+await page.keyboard.press("Escape");
+await page.waitForTimeout(500);
+
+// The paired device's page, with its entities.
+await open(`/config/devices/device/${deviceId}`, "Volume");
+await shot("device", true);
+
+// Voice assistants: the device among the assistants' devices.
+await open("/config/voice-assistants/assistants", "Assist");
+await shot("voice-assistants");
+
+await browser.close();
