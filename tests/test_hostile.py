@@ -14,6 +14,7 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import DOMAIN, OTA_PATH, VISION_PATH
+from custom_components.xiaozhi_local.device import XiaozhiDevice
 from xiaozhi_sim.hostile import Hostile
 
 from .conftest import MAC, TOKEN, DeviceFactory, wait_settled
@@ -23,6 +24,24 @@ FRAMES = 600
 
 def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def reconnects_and_works(
+    hass: HomeAssistant, make_device: DeviceFactory, xdev: XiaozhiDevice, volume: int
+) -> None:
+    """The device connects again and a tool call reaches it."""
+    again = await make_device()
+    await wait_settled(xdev)
+    result = await hass.services.async_call(
+        DOMAIN,
+        "call_tool",
+        {"device_id": xdev.device_id, "tool": "self.audio_speaker.set_volume", "arguments": {"volume": volume}},
+        blocking=True,
+        return_response=True,
+    )
+    assert result is not None
+    assert result["text"] == "true"
+    assert again.state.volume == volume
 
 
 async def test_hostile_frames_on_a_device_connection(
@@ -43,18 +62,7 @@ async def test_hostile_frames_on_a_device_connection(
     assert errors_logged(caplog) == []
     # The same device comes back clean on a new connection and its tools work.
     await device.drop()
-    again = await make_device()
-    await wait_settled(xdev)
-    result = await hass.services.async_call(
-        DOMAIN,
-        "call_tool",
-        {"device_id": xdev.device_id, "tool": "self.audio_speaker.set_volume", "arguments": {"volume": 12}},
-        blocking=True,
-        return_response=True,
-    )
-    assert result is not None
-    assert result["text"] == "true"
-    assert again.state.volume == 12
+    await reconnects_and_works(hass, make_device, xdev, volume=12)
     assert errors_logged(caplog) == []
 
 
@@ -125,14 +133,4 @@ async def test_invalid_utf8_text_frame(
     assert any("connection error" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     assert errors_logged(caplog) == []
     # The device reconnects and its tools work.
-    again = await make_device()
-    await wait_settled(xdev)
-    result = await hass.services.async_call(
-        DOMAIN,
-        "call_tool",
-        {"device_id": xdev.device_id, "tool": "self.audio_speaker.set_volume", "arguments": {"volume": 30}},
-        blocking=True,
-        return_response=True,
-    )
-    assert result is not None
-    assert again.state.volume == 30
+    await reconnects_and_works(hass, make_device, xdev, volume=30)
