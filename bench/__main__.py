@@ -29,7 +29,7 @@ import wave
 from custom_components.xiaozhi_local.protocol.audio import OpusDecoder, OpusEncoder, Pacer
 
 from .fuzz import fuzz_report, run_fuzz
-from .load import load
+from .load import load, pct
 
 ROOT = Path(__file__).parent
 SPEECH = ROOT.parent / "tests" / "fixtures" / "speech_16k.wav"
@@ -39,11 +39,6 @@ def tone(seconds: float, rate: int) -> bytes:
     return array(
         "h", (int(8000 * math.sin(2 * math.pi * 330 * i / rate)) for i in range(int(seconds * rate)))
     ).tobytes()
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
 def codec_costs() -> dict[str, float]:

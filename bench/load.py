@@ -33,12 +33,13 @@ import aiohttp
 from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import serve
 
+from custom_components.xiaozhi_local.assist_satellite import FIRST_FRAME_GAP, TTS_LEAD
+from custom_components.xiaozhi_local.protocol.audio import OPUS_FRAME_MS
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 ROOT = Path(__file__).parent.parent
 SPEECH = ROOT / "tests" / "fixtures" / "speech_16k.wav"
-DOWNLINK_FRAME_S = 0.06  # the server hello's frame_duration
-TTS_LEAD_S = 0.3  # how far ahead of real time the satellite may send
+DOWNLINK_FRAME_S = OPUS_FRAME_MS / 1000
 STOCK_TOOLS = 9  # what a stock board lists (user-only ones included)
 TOOLS = 20
 
@@ -324,7 +325,7 @@ async def voice_turns(run: Run, sims: list[SimulatedDevice], turns: int) -> dict
         pipeline.append(turn["tts_at"] - turn["stt_end"])
         downlink.append(first - turn["tts_at"])
         for index, arrived in enumerate(arrivals):
-            late.append(max(0.0, arrived - (first + max(0.0, index * DOWNLINK_FRAME_S - TTS_LEAD_S))))
+            late.append(max(0.0, arrived - (first + max(0.0, index * DOWNLINK_FRAME_S - TTS_LEAD))))
             gaps += arrived > first + index * DOWNLINK_FRAME_S
         packets += len(arrivals)
     return {
@@ -444,7 +445,8 @@ async def load(
         f"{ms(voice['uplink'], 50)} / {ms(voice['uplink'], 99)} ms | |",
         f"| … of which HA's pipeline (instant STT, agent and TTS): stream ended → TTS asked (p50 / p99) | "
         f"{ms(voice['pipeline'], 50)} / {ms(voice['pipeline'], 99)} ms | |",
-        f"| … of which HA's TTS conversion (ffmpeg) and ours (Opus encode, the 80 ms first-frame gap, send): "
+        f"| … of which HA's TTS conversion (ffmpeg) and ours (Opus encode, the {FIRST_FRAME_GAP * 1000:.0f} ms "
+        "first-frame gap, send): "
         f"TTS asked → first packet at the device (p50 / p99) | {ms(voice['downlink'], 50)} / "
         f"{ms(voice['downlink'], 99)} ms | |",
         f"| Downlink pacing at the device, {voice['packets']} packets (lateness p50 / p99 / max) | "
@@ -458,12 +460,13 @@ async def load(
         f"{restarted['after'].get('entities')} / {restarted['after'].get('available')} | unchanged |",
         "",
         "Reading the voice rows: the providers are instant, so a turn is HA's pipeline plus ours. A single "
-        "turn on an idle machine takes about 85 ms from `listen stop` to the first packet, 80 of them the "
-        "deliberate first-frame gap. With 20 at once on 2 cores the time goes to HA's TTS conversion (one "
+        f"turn on an idle machine takes about 85 ms from `listen stop` to the first packet, "
+        f"{FIRST_FRAME_GAP * 1000:.0f} of them the deliberate first-frame gap. With 20 at once on 2 cores "
+        "the time goes to HA's TTS conversion (one "
         "ffmpeg process per reply, asked for because the device plays 24 kHz mono) and to the bench process "
         "itself, which runs the 1000 devices and decodes every packet they hear. The same bench process "
         "stamps the packets' arrival, so its own loop lag is inside the pacing lateness; no packet arrived "
-        "after the speaker needed it (the satellite sends 0.3 s ahead).",
+        f"after the speaker needed it (the satellite sends {TTS_LEAD} s ahead).",
         "",
         "Entities: Home Assistant adds at most 10 000 enabled entities to one config entry. 1000 devices "
         "reach that limit (HA logged that it stopped adding entities), so about 900 fully equipped devices "
