@@ -15,7 +15,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 # Imported first, so HA mounts this repository's custom_components (see home-assistant.md §6).
 import custom_components.xiaozhi_local  # noqa: F401
-from custom_components.xiaozhi_local.const import CONF_MAC, CONF_TOKEN, DOMAIN, SUBENTRY_DEVICE, WS_PATH
+from custom_components.xiaozhi_local.const import CONF_CLIENT_ID, CONF_MAC, CONF_TOKEN, DOMAIN, SUBENTRY_DEVICE, WS_PATH
 from custom_components.xiaozhi_local.device import XiaozhiDevice
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
@@ -26,6 +26,9 @@ MAC = "cc:ba:97:04:92:94"
 TOKEN = "device-token-" + "a" * 40
 MAC2 = "cc:ba:97:04:92:95"
 TOKEN2 = "device-token-" + "b" * 40
+CLIENT_ID = "9c3e5b2a-0000-4000-8000-000000000001"
+"""The Client-Id the device MAC paired with (the firmware keeps it in flash)."""
+CLIENT_ID2 = "9c3e5b2a-0000-4000-8000-000000000002"
 
 
 @pytest.fixture(autouse=True)
@@ -44,10 +47,11 @@ async def core_components(hass: HomeAssistant, tmp_path: Path) -> AsyncIterator[
         yield
 
 
-def device_subentry(mac: str, token: str, title: str | None = None) -> ConfigSubentryData:
-    """Subentry data of a paired device."""
+def device_subentry(mac: str, token: str, title: str | None = None, client_id: str | None = None) -> ConfigSubentryData:
+    """Subentry data of a paired device (paired with ``client_id``, or by MAC alone)."""
+    data = {CONF_MAC: mac, CONF_TOKEN: token} | ({CONF_CLIENT_ID: client_id} if client_id else {})
     return ConfigSubentryData(
-        data={CONF_MAC: mac, CONF_TOKEN: token},
+        data=data,
         subentry_type=SUBENTRY_DEVICE,
         title=title or f"Xiaozhi {mac}",
         unique_id=mac,
@@ -61,7 +65,10 @@ def config_entry() -> MockConfigEntry:
         domain=DOMAIN,
         title="Xiaozhi Local",
         data={},
-        subentries_data=[device_subentry(MAC, TOKEN, "Kitchen"), device_subentry(MAC2, TOKEN2, "Desk")],
+        subentries_data=[
+            device_subentry(MAC, TOKEN, "Kitchen", CLIENT_ID),
+            device_subentry(MAC2, TOKEN2, "Desk", CLIENT_ID2),
+        ],
     )
 
 
@@ -100,7 +107,13 @@ async def make_device(client: TestClient[Any, Any]) -> AsyncIterator[DeviceFacto
     devices: list[SimulatedDevice] = []
 
     async def factory(*, connect: bool = True, **kwargs: Any) -> SimulatedDevice:
-        options: dict[str, Any] = {"url": ws_url(client), "token": TOKEN, "mac": MAC, "hello_timeout": 5}
+        options: dict[str, Any] = {
+            "url": ws_url(client),
+            "token": TOKEN,
+            "mac": MAC,
+            "client_id": CLIENT_ID,
+            "hello_timeout": 5,
+        }
         options.update(kwargs)
         device = SimulatedDevice(SimulatorOptions(**options))
         devices.append(device)

@@ -149,15 +149,19 @@ async def test_control_tool_late_error_is_logged_and_fired(
     assert "set_virtual_human_expression failed after it was reported done" in caplog.text
 
 
-async def test_second_registration_replaces_the_set(hass: HomeAssistant, register_client: RegisterToolsClient) -> None:
+async def test_second_registration_replaces_the_set(
+    hass: HomeAssistant, register_client: RegisterToolsClient, caplog: pytest.LogCaptureFixture
+) -> None:
     await register_client.connect()
     xdev = hub_device(hass)
     await wait_settled(xdev)
+    assert er.async_get(hass).async_get_entity_id("button", DOMAIN, f"{MAC}-tool-read_sensor") is not None
     answer = await register_client.register([register_client.tools[3].declaration()])
     assert answer["result"]["status"] == "registered"
     await wait_for(xdev, lambda d: set(d.tools) == {"get_battery"})
-    # The button of a tool that went away stays registered (unavailable), not deleted.
-    assert er.async_get(hass).async_get_entity_id("button", DOMAIN, f"{MAC}-tool-read_sensor") is not None
+    # The button of a tool that went away is removed from the registry, and the log says which.
+    assert er.async_get(hass).async_get_entity_id("button", DOMAIN, f"{MAC}-tool-read_sensor") is None
+    assert "no longer has the tools read_sensor; removed their buttons: button." in caplog.text
     with pytest.raises(HomeAssistantError):
         await call(hass, "get_weather")
     assert (await call(hass, "get_battery"))["text"] == "87"

@@ -14,7 +14,7 @@ from custom_components.xiaozhi_local.pairing import LOCKOUT, MAX_FAILURES, Devic
 from custom_components.xiaozhi_local.urls import ota_url, websocket_url
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
-from .conftest import MAC, ws_url
+from .conftest import CLIENT_ID, MAC, TOKEN, ws_url
 from .helpers import placeholders_of
 
 NEW_MAC = "aa:bb:cc:00:11:22"
@@ -108,12 +108,12 @@ async def test_expired_codes_close_their_cards(hass: HomeAssistant, setup_integr
     pairing = setup_integration.runtime_data.pairing
     await discover(hass, setup_integration)
     pairing.code_ttl = 0  # everything pending is now expired
-    assert pairing.get(NEW_MAC) is None
+    assert pairing.for_mac(NEW_MAC) == []
     await hass.async_block_till_done()
     assert hass.config_entries.flow.async_progress_by_handler(DOMAIN) == []
 
 
-@pytest.mark.parametrize(("mac", "reason"), [(MAC, "already_paired"), ("aa:bb:cc:00:11:99", "already_configured")])
+@pytest.mark.parametrize(("mac", "reason"), [(MAC, "not_pending"), ("aa:bb:cc:00:11:99", "already_configured")])
 async def test_discovery_aborts(hass: HomeAssistant, setup_integration: MockConfigEntry, mac: str, reason: str) -> None:
     MockConfigEntry(domain=DOMAIN, source=SOURCE_IGNORE, unique_id="aa:bb:cc:00:11:99").add_to_hass(hass)
     result = await hass.config_entries.flow.async_init(
@@ -220,13 +220,17 @@ async def test_add_device_by_code_lockout(hass: HomeAssistant, setup_integration
     assert result["type"] is FlowResultType.CREATE_ENTRY
 
 
-async def test_add_device_by_code_already_added(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
-    # A device that is pending and paired at the same time (paired from another window).
-    code = setup_integration.runtime_data.pairing.request(MAC, DeviceReport())[0].code
+async def test_add_device_by_code_for_a_paired_mac(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    """The code of a paired MAC with a new identity (a reset device): it takes over, with a new token."""
+    code = setup_integration.runtime_data.pairing.request(MAC, DeviceReport(client_id="reset"))[0].code
     result = await start_device_flow(hass, setup_integration, "code")
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {"code": code}))
     assert result["type"] is FlowResultType.ABORT
-    assert result["reason"] == "already_configured"
+    assert result["reason"] == "paired_again"
+    sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
+    assert sub.data["client_id"] == "reset"
+    assert sub.data[CONF_TOKEN] != TOKEN
+    assert sub.title == "Kitchen"
 
 
 async def test_add_device_by_code_not_loaded(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
@@ -304,7 +308,11 @@ async def test_regenerate_token(hass: HomeAssistant, setup_integration: MockConf
     assert old in setup_integration.subentries[sub.subentry_id].data.values()  # not stored before Submit
     result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
     assert result["reason"] == "reconfigure_successful"
-    assert setup_integration.subentries[sub.subentry_id].data == {CONF_MAC: MAC, CONF_TOKEN: token}
+    assert setup_integration.subentries[sub.subentry_id].data == {
+        CONF_MAC: MAC,
+        CONF_TOKEN: token,
+        "client_id": CLIENT_ID,
+    }
     await hass.async_block_till_done()
     assert setup_integration.runtime_data.devices[MAC].token == token
 

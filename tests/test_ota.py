@@ -12,10 +12,10 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import CONF_WEBSOCKET_URL, DOMAIN, OTA_PATH, WS_PATH
-from custom_components.xiaozhi_local.pairing import MAX_PENDING
+from custom_components.xiaozhi_local.pairing import MAX_PENDING, MAX_PER_SOURCE
 from xiaozhi_sim import OtaTiming, SimulatedDevice, SimulatorOptions
 
-from .conftest import MAC, TOKEN, wait_for, ws_url
+from .conftest import CLIENT_ID, MAC, TOKEN, wait_for, ws_url
 from .helpers import placeholders_of
 
 NEW_MAC = "aa:bb:cc:00:11:22"
@@ -28,11 +28,12 @@ def ota_url(client: TestClient[Any, Any]) -> str:
     return str(client.make_url(OTA_PATH))
 
 
-def ota_headers(mac: str = NEW_MAC, language: str = "en-US") -> dict[str, str]:
+def ota_headers(mac: str = NEW_MAC, language: str = "en-US", client_id: str = CLIENT_ID) -> dict[str, str]:
+    """The firmware's headers; by default with the identity the device ``MAC`` paired with."""
     return {
         "Activation-Version": "1",
         "Device-Id": mac,
-        "Client-Id": "9c3e5b2a-0000-4000-8000-000000000001",
+        "Client-Id": client_id,
         "User-Agent": "bread-compact-wifi/2.4.2",
         "Accept-Language": language,
         "Content-Type": "application/json",
@@ -74,8 +75,8 @@ async def test_whole_journey(
         "name": f"Xiaozhi bread-compact-wifi ({NEW_MAC})",
     }
     assert flow["step_id"] == "pair"
-    # Until the code is entered, /activate says 202.
-    resp = await client.post(OTA_PATH + "activate", data="{}", headers=ota_headers())
+    # Until the code is entered, /activate says 202 (to this device: its MAC and Client-Id).
+    resp = await client.post(OTA_PATH + "activate", data="{}", headers=ota_headers(client_id=device.options.client_id))
     assert resp.status == 202
     wrong = "000000" if code != "000000" else "111111"
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": wrong})
@@ -141,7 +142,7 @@ async def test_pair_with_add_device(
 async def test_paired_device_gets_settings_at_once(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
 ) -> None:
-    device = new_device(mac=MAC.upper().replace(":", "-"))  # any MAC spelling
+    device = new_device(mac=MAC.upper().replace(":", "-"), client_id=CLIENT_ID)  # any MAC spelling
     device.options.mac = MAC  # the firmware sends it lower-case; the header spelling is tested below
     answer = await device.boot(ota_url(client), FAST)
     assert answer["websocket"] == {"url": hub_url, "token": TOKEN, "version": 1}
@@ -228,7 +229,8 @@ async def test_odd_but_acceptable_bodies(hass: HomeAssistant, client: TestClient
 
 
 async def test_device_id_from_body_when_header_missing(hass: HomeAssistant, client: TestClient[Any, Any]) -> None:
-    resp = await client.post(OTA_PATH, json={"mac_address": MAC.upper()}, headers={"Content-Type": "application/json"})
+    body = {"mac_address": MAC.upper(), "uuid": CLIENT_ID}  # the body's uuid is the Client-Id
+    resp = await client.post(OTA_PATH, json=body, headers={"Content-Type": "application/json"})
     assert resp.status == 200
     assert (await resp.json())["websocket"]["token"] == TOKEN
 
@@ -247,8 +249,8 @@ async def test_strangers_flood_leaves_bounded_state(hass: HomeAssistant, client:
         resp = await client.post(OTA_PATH, data=b"", headers=ota_headers(f"02:00:00:00:{i // 256:02x}:{i % 256:02x}"))
         assert resp.status == 200
     await hass.async_block_till_done()
-    assert len(hub.pairing) == MAX_PENDING
-    assert len(hass.config_entries.flow.async_progress_by_handler(DOMAIN)) <= MAX_PENDING
+    assert len(hub.pairing) == MAX_PER_SOURCE  # one address holds only so many
+    assert len(hass.config_entries.flow.async_progress_by_handler(DOMAIN)) <= MAX_PER_SOURCE
     assert len(hub.devices) == 2  # nobody got in
 
 
@@ -276,7 +278,7 @@ async def test_accept_without_code(
 async def test_token_regeneration(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
 ) -> None:
-    device = new_device(mac=MAC)
+    device = new_device(mac=MAC, client_id=CLIENT_ID)
     await device.boot(ota_url(client), FAST)
     await device.connect()
     xdev = setup_integration.runtime_data.devices[MAC]
@@ -298,7 +300,7 @@ async def test_token_regeneration(
     resp = await client.get(WS_PATH, headers={"Authorization": f"Bearer {TOKEN}", "Device-Id": MAC})
     assert resp.status == 401
     # The next boot brings the new token, and it works.
-    reboot = new_device(mac=MAC)
+    reboot = new_device(mac=MAC, client_id=CLIENT_ID)
     answer = await reboot.boot(ota_url(client), FAST)
     assert answer["websocket"]["token"] == new_token
     await reboot.connect()
@@ -309,7 +311,7 @@ async def test_token_regeneration(
 async def test_removed_device_is_refused_and_can_pair_again(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
 ) -> None:
-    device = new_device(mac=MAC)
+    device = new_device(mac=MAC, client_id=CLIENT_ID)
     await device.boot(ota_url(client), FAST)
     await device.connect()
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)

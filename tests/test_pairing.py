@@ -6,9 +6,12 @@ from custom_components.xiaozhi_local.pairing import (
     CODE_TTL,
     LOCKOUT,
     MAX_FAILURES,
+    MAX_PER_SOURCE,
     CheckResult,
     DeviceReport,
+    Identity,
     PairingManager,
+    RateLimit,
     activation_message,
     new_token,
 )
@@ -37,6 +40,9 @@ def pairing(clock: Clock, dropped: list[str]) -> PairingManager:
     return PairingManager(clock=clock, on_drop=dropped.append)
 
 
+NOBODY = Identity()
+
+
 def test_code_is_stable_until_it_expires(pairing: PairingManager, clock: Clock, dropped: list[str]) -> None:
     first, new = pairing.request("aa:bb:cc:dd:ee:01", DeviceReport(board="b1"))
     assert new
@@ -49,7 +55,7 @@ def test_code_is_stable_until_it_expires(pairing: PairingManager, clock: Clock, 
     assert again.code == first.code
     assert again.report.board == "b2"
     clock.now += 1
-    assert pairing.get("aa:bb:cc:dd:ee:01") is None
+    assert pairing.find("aa:bb:cc:dd:ee:01", NOBODY) is None
     assert dropped == ["aa:bb:cc:dd:ee:01"]
     fresh, new = pairing.request("aa:bb:cc:dd:ee:01", DeviceReport())
     assert new
@@ -57,8 +63,25 @@ def test_code_is_stable_until_it_expires(pairing: PairingManager, clock: Clock, 
 
 
 def test_codes_are_unique_among_pending(pairing: PairingManager) -> None:
-    codes = {pairing.request(f"aa:bb:cc:dd:ee:{i:02x}", DeviceReport())[0].code for i in range(64)}
+    codes = {pairing.request(f"aa:bb:cc:dd:ee:{i:02x}", DeviceReport(), source=str(i))[0].code for i in range(64)}
     assert len(codes) == 64
+
+
+def test_each_identity_of_a_mac_gets_its_own_code(pairing: PairingManager, dropped: list[str]) -> None:
+    """A stranger naming a waiting device's MAC gets another code: the user's code binds the real one."""
+    mac = "aa:bb:cc:dd:ee:01"
+    real, _ = pairing.request(mac, DeviceReport(client_id="real"))
+    stranger, new = pairing.request(mac, DeviceReport(client_id="stranger"))
+    assert new
+    assert stranger.code != real.code
+    assert pairing.find(mac, Identity("real")) is real
+    assert {p.report.client_id for p in pairing.for_mac(mac)} == {"real", "stranger"}
+    assert pairing.check(mac, real.code) == (CheckResult.OK, real)
+    assert pairing.claim(stranger.code) == (CheckResult.OK, stranger)
+    assert not pairing.touch(mac, Identity("someone else"))
+    pairing.remove(mac)
+    assert pairing.for_mac(mac) == []
+    assert dropped == []
 
 
 def test_check_and_lockout(pairing: PairingManager, clock: Clock) -> None:
@@ -66,13 +89,13 @@ def test_check_and_lockout(pairing: PairingManager, clock: Clock) -> None:
     pending, _ = pairing.request(mac, DeviceReport())
     wrong = "000000" if pending.code != "000000" else "111111"
     for _ in range(MAX_FAILURES - 1):
-        assert pairing.check(mac, wrong) is CheckResult.WRONG
-    assert pairing.check(mac, wrong) is CheckResult.LOCKED
-    assert pairing.check(mac, pending.code) is CheckResult.LOCKED  # even the right code, for a while
+        assert pairing.check(mac, wrong) == (CheckResult.WRONG, None)
+    assert pairing.check(mac, wrong) == (CheckResult.LOCKED, None)
+    assert pairing.check(mac, pending.code) == (CheckResult.LOCKED, None)  # even the right code, for a while
     assert pairing.claim(pending.code) == (CheckResult.WRONG, None)  # a locked code cannot be claimed either
     clock.now += LOCKOUT
-    assert pairing.check(mac, f"{pending.code[:3]} {pending.code[3:]}") is CheckResult.OK
-    assert pairing.check("aa:bb:cc:dd:ee:99", pending.code) is CheckResult.UNKNOWN
+    assert pairing.check(mac, f"{pending.code[:3]} {pending.code[3:]}") == (CheckResult.OK, pending)
+    assert pairing.check("aa:bb:cc:dd:ee:99", pending.code) == (CheckResult.UNKNOWN, None)
 
 
 def test_claim_by_code_and_hub_wide_lockout(pairing: PairingManager, clock: Clock) -> None:
@@ -87,17 +110,30 @@ def test_claim_by_code_and_hub_wide_lockout(pairing: PairingManager, clock: Cloc
     assert pairing.claim(pending.code) == (CheckResult.OK, pending)
 
 
-def test_flood_is_bounded(pairing: PairingManager, clock: Clock, dropped: list[str]) -> None:
-    real, _ = pairing.request("aa:bb:cc:00:00:00", DeviceReport())
+def test_flood_from_one_address_only_pushes_out_its_own(
+    pairing: PairingManager, clock: Clock, dropped: list[str]
+) -> None:
+    """22 random MACs a second from one address: the device the user is pairing stays."""
+    real, _ = pairing.request("aa:bb:cc:00:00:00", DeviceReport(client_id="real"), source="192.0.2.10")
+    for i in range(1, 1000):
+        clock.now += 0.045
+        pairing.request(f"aa:bb:cc:dd:{i // 256:02x}:{i % 256:02x}", DeviceReport(), source="192.0.2.66")
+    assert len(pairing) == 1 + MAX_PER_SOURCE
+    assert pairing.find("aa:bb:cc:00:00:00", Identity("real")) is real  # not even touched meanwhile
+    assert len(dropped) == 999 - MAX_PER_SOURCE
+    assert "aa:bb:cc:00:00:00" not in dropped
+
+
+def test_flood_from_many_addresses_is_bounded(pairing: PairingManager, clock: Clock, dropped: list[str]) -> None:
+    """Past ``max_pending``, whoever holds the most makes room: a lone real device is never it."""
+    real, _ = pairing.request("aa:bb:cc:00:00:00", DeviceReport(client_id="real"), source="192.0.2.10")
     for i in range(1, 1000):
         clock.now += 0.001
-        pairing.request(f"aa:bb:cc:dd:{i // 256:02x}:{i % 256:02x}", DeviceReport())
-        if i % 10 == 0:
-            assert pairing.touch("aa:bb:cc:00:00:00")  # a real device keeps polling /activate
+        pairing.request(f"aa:bb:cc:dd:{i // 256:02x}:{i % 256:02x}", DeviceReport(), source=f"10.0.{i % 40}.1")
     assert len(pairing) == pairing.max_pending
-    assert pairing.get("aa:bb:cc:00:00:00") is real  # the least recently seen made room, not it
+    assert pairing.find("aa:bb:cc:00:00:00", Identity("real")) is real
     assert len(dropped) == 1000 - pairing.max_pending
-    assert not pairing.touch("aa:bb:cc:dd:00:01")
+    assert not pairing.touch("aa:bb:cc:dd:00:01", NOBODY)
 
 
 def test_remove(pairing: PairingManager, dropped: list[str]) -> None:
@@ -108,25 +144,52 @@ def test_remove(pairing: PairingManager, dropped: list[str]) -> None:
     assert dropped == []  # paired, not dropped
 
 
-def test_report_from_odd_bodies() -> None:
-    full = DeviceReport.from_body(
+def test_report_from_odd_requests() -> None:
+    full = DeviceReport.from_request(
         {
             "board": {"type": "bread-compact-wifi", "name": "x"},
             "application": {"version": "2.4.2"},
             "chip_model_name": "esp32s3",
             "language": "zh-CN",
+            "uuid": "body-uuid",
         },
-        client_id="uuid",
-        language=None,
+        {"Client-Id": "uuid", "Serial-Number": "SN1"},
     )
-    assert full == DeviceReport("bread-compact-wifi", "2.4.2", "esp32s3", "uuid", "zh-CN")
-    odd = DeviceReport.from_body(
-        {"board": "nope", "application": [], "chip_model_name": 5, "language": {"x": 1}},
-        client_id=None,
-        language="en-US",
+    assert full == DeviceReport("bread-compact-wifi", "2.4.2", "esp32s3", "uuid", "zh-CN", "SN1")
+    odd = DeviceReport.from_request(
+        {"board": "nope", "application": [], "chip_model_name": 5, "language": {"x": 1}, "uuid": 7},
+        {"Accept-Language": "en-US"},
     )
     assert odd == DeviceReport(None, None, None, None, "en-US")
-    assert DeviceReport.from_body({"board": {"name": " " + "n" * 100}}, client_id="", language="").board == "n" * 64
+    assert DeviceReport.from_request({"uuid": "from-body"}, {}).client_id == "from-body"
+    assert DeviceReport.from_request({"board": {"name": " " + "n" * 100}}, {}).board == "n" * 64
+
+
+@pytest.mark.parametrize(
+    ("presented", "recorded", "proves"),
+    [
+        (Identity("a"), Identity("a"), True),
+        (Identity("a", "SN"), Identity("a"), True),  # a serial number recorded nowhere is not asked for
+        (Identity("a", "SN"), Identity("a", "SN"), True),
+        (Identity("a"), Identity("a", "SN"), False),  # activation v2: the serial number must come too
+        (Identity("a", "SN2"), Identity("a", "SN"), False),
+        (Identity("b"), Identity("a"), False),
+        (Identity(None), Identity("a"), False),
+        (Identity("a"), Identity(None), False),  # nothing recorded proves nothing
+        (Identity(None), Identity(None), False),
+    ],
+)
+def test_identity_proof(presented: Identity, recorded: Identity, proves: bool) -> None:
+    assert presented.proves(recorded) is proves
+
+
+def test_rate_limit_slides(clock: Clock) -> None:
+    limit = RateLimit(3, 3600.0, clock=clock)
+    assert [limit.allow() for _ in range(4)] == [True, True, True, False]
+    clock.now += 3599
+    assert not limit.allow()
+    clock.now += 1
+    assert limit.allow()
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--language", default="en-US", help="Accept-Language of the OTA request")
     parser.add_argument("--token", default="", help="the device token (empty: no Authorization header)")
     parser.add_argument("--mac", default="cc:ba:97:04:92:94", help="Device-Id (lower-case MAC)")
+    parser.add_argument("--client-id", help="Client-Id when the flash (--nvs) holds none yet (default: a new UUID)")
+    parser.add_argument(
+        "--nvs", metavar="FILE", help="the device's flash: keeps its Client-Id and OTA settings across runs"
+    )
+    parser.add_argument("--serial-number", help="a factory serial number: OTA activation version 2")
     parser.add_argument("--board", default="bread-compact-wifi", help="board name (serverInfo.name)")
     parser.add_argument("--firmware", default="2.4.2", help="firmware version (serverInfo.version)")
     parser.add_argument("--protocol-version", type=int, choices=(1, 2, 3), default=1)
@@ -74,7 +79,11 @@ async def run(args: argparse.Namespace) -> int:
         press_to_talk=args.press_to_talk,
         extra_tools=args.extra_tools,
         flavor=args.flavor,
+        serial_number=args.serial_number,
+        nvs_path=args.nvs,
     )
+    if args.client_id:
+        options.client_id = args.client_id
     device = SimulatedDevice(options)  # one device: its NVS survives reconnects, as in flash
     needs_boot = bool(args.ota)
     delay = 1.0

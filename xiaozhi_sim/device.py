@@ -15,6 +15,7 @@ import contextlib
 from dataclasses import dataclass, field
 import json
 import logging
+from pathlib import Path
 import time
 from typing import Any, Literal
 from urllib.parse import urlencode
@@ -76,6 +77,11 @@ class SimulatorOptions:
     flavor: Flavor = "firmware"
     frame_ms: int | None = None
     """Uplink Opus frame duration; None: the flavor's own (60 ms firmware/browser, 20 ms py-xiaozhi)."""
+    serial_number: str | None = None
+    """A factory serial number in eFuse: the OTA check is activation version 2 (``Serial-Number``)."""
+    nvs_path: str | None = None
+    """A file that plays the device's flash: its ``Client-Id`` (NVS ``board/uuid``, made once and
+    kept across boots, as the firmware does) and what OTA answers stored. None: kept in memory."""
 
 
 class SimulatedDevice:
@@ -83,6 +89,8 @@ class SimulatedDevice:
 
     def __init__(self, options: SimulatorOptions) -> None:
         self.options = options
+        self.nvs: dict[str, dict[str, Any]] = {}  # settings kept across boots ("board", "websocket", "mqtt")
+        self._load_nvs()
         self.state = DeviceState()
         self.system_info = system_info(options.mac, options.client_id, options.board, options.firmware_version)
         self.mcp = McpServer(options.board, options.firmware_version, errors_as_results=options.flavor == "py-xiaozhi")
@@ -96,7 +104,6 @@ class SimulatedDevice:
             add_ir_tools(self.mcp, self.state)
         add_extra_tools(self.mcp, options.extra_tools)
         add_user_only_tools(self.mcp, self.system_info, self._schedule_reboot)
-        self.nvs: dict[str, dict[str, Any]] = {}  # settings kept across boots ("websocket", "mqtt")
         self.session_id = ""
         self.server_hello: dict[str, Any] | None = None
         self.log: list[dict[str, Any]] = []  # server JSON other than mcp/hello, in order
@@ -116,6 +123,33 @@ class SimulatedDevice:
         self._reader: asyncio.Task[None] | None = None
         self.on_mcp_request: Callable[[Any], None] | None = None
         self.ota: OtaClient | None = None
+
+    # -- flash ------------------------------------------------------------------------------
+
+    def _load_nvs(self) -> None:
+        """The Client-Id and stored settings from "flash"; a new Client-Id is kept there for good."""
+        path = self.options.nvs_path
+        if path is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            stored = json.loads(Path(path).read_text())
+            if isinstance(stored, dict):
+                self.nvs = {k: v for k, v in stored.items() if isinstance(v, dict)}
+        uuid_ = self.nvs.get("board", {}).get("uuid")
+        if isinstance(uuid_, str) and uuid_:
+            self.options.client_id = uuid_
+        websocket = self.nvs.get("websocket", {})
+        if isinstance(websocket.get("token"), str) and not self.options.token:
+            self.options.token = websocket["token"]
+        self.nvs.setdefault("board", {})["uuid"] = self.options.client_id
+        self.save_nvs()
+
+    def save_nvs(self) -> None:
+        """Write "flash" (after an OTA answer stored something)."""
+        if self.options.nvs_path is not None:
+            path = Path(self.options.nvs_path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(self.nvs, indent=2))
 
     # -- connection ---------------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ All delays are options, so tests run the same logic in milliseconds.
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+import hashlib
+import hmac
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -73,16 +75,28 @@ class OtaClient:
         return self.ota_url + ("" if self.ota_url.endswith("/") else "/") + "activate"
 
     def headers(self) -> dict[str, str]:
-        """The firmware's OTA request headers (Activation-Version 1: no serial number)."""
+        """The firmware's OTA request headers; a board with a serial number does activation version 2."""
         opts = self.device.options
-        return {
-            "Activation-Version": "1",
+        headers = {
+            "Activation-Version": "2" if opts.serial_number else "1",
             "Device-Id": opts.mac,
             "Client-Id": opts.client_id,
             "User-Agent": f"{opts.board}/{opts.firmware_version}",
             "Accept-Language": opts.language,
             "Content-Type": "application/json",
         }
+        if opts.serial_number:
+            headers["Serial-Number"] = opts.serial_number
+        return headers
+
+    def activate_body(self, challenge: str) -> str:
+        """``{}``; with a serial number, the HMAC-SHA256 of the challenge with the board's eFuse key."""
+        serial = self.device.options.serial_number
+        if not serial:
+            return "{}"
+        key = hashlib.sha256(f"efuse-key-{serial}".encode()).digest()  # the simulator's stand-in for KEY0
+        digest = hmac.new(key, challenge.encode(), hashlib.sha256).hexdigest()
+        return json.dumps({"algorithm": "hmac-sha256", "serial_number": serial, "challenge": challenge, "hmac": digest})
 
     async def run(self, session: aiohttp.ClientSession) -> dict[str, Any]:
         """Check until the answer carries no activation; returns that answer."""
@@ -108,7 +122,7 @@ class OtaClient:
             if self.on_code is not None:
                 self.on_code(spoken, message)
             if isinstance(activation.get("challenge"), str):
-                await self._activate(session)
+                await self._activate(session, activation["challenge"])
             else:
                 await asyncio.sleep(self.timing.no_challenge_wait)
         raise OtaError("too many checks")
@@ -132,12 +146,15 @@ class OtaClient:
                 for key, value in answer[namespace].items():
                     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
                         store[key] = value
+        self.device.save_nvs()
         return answer
 
-    async def _activate(self, session: aiohttp.ClientSession) -> None:
+    async def _activate(self, session: aiohttp.ClientSession, challenge: str) -> None:
         for _ in range(self.timing.activate_attempts):
             try:
-                async with session.post(self.activate_url, data="{}", headers=self.headers()) as resp:
+                async with session.post(
+                    self.activate_url, data=self.activate_body(challenge), headers=self.headers()
+                ) as resp:
                     status = resp.status
             except aiohttp.ClientError, TimeoutError:
                 status = 0

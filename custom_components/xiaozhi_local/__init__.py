@@ -45,6 +45,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
     """Start the hub: devices from the subentries; the endpoint accepts them from now on."""
     hub = XiaozhiHub(hass, entry)
     await hub.async_load()
+    hub.async_restore_devices()  # where Home Assistant was stopped before it saved a pairing
     hub.async_sync_devices()
     hub.async_start()
     entry.runtime_data = hub

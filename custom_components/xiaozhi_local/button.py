@@ -1,6 +1,7 @@
 """Buttons: restart, Wi-Fi reconfiguration, one per saved IR code, and plain argument-less tools."""
 
 from collections.abc import Callable, Iterable
+import logging
 
 from homeassistant.components.button import ButtonEntity, ButtonEntityDescription
 from homeassistant.const import EntityCategory
@@ -9,10 +10,13 @@ from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
+from .const import MAX_TOOL_BUTTONS
 from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
 from .tool_map import BUTTONS, IR_LIST, IR_SEND, XiaozhiButtonDescription, ir_code_names, plain_buttons
+
+_LOGGER = logging.getLogger(__name__)
 
 PARALLEL_UPDATES = 1
 
@@ -32,7 +36,7 @@ async def async_setup_entry(
         found: list[tuple[str, Callable[[], Entity]]] = list(rows(device))
         found += [
             (f"tool-{name}", lambda n=name: XiaozhiToolButton(device, n))  # type: ignore[misc]
-            for name in plain_buttons(device.tools)
+            for name in tool_buttons(device)
         ]
         if IR_LIST in device.tools and IR_SEND in device.tools:
             found += [
@@ -45,20 +49,38 @@ async def async_setup_entry(
 
     registry = er.async_get(hass)
 
+    def remove_stale(device: XiaozhiDevice, kind: str, keep: Iterable[str], gone: str) -> None:
+        """Remove the device's ``kind`` buttons whose code or tool it no longer has; say which."""
+        prefix = f"{device.mac}-{kind}-"
+        wanted = {prefix + name for name in keep}
+        stale = [
+            entity
+            for entity in er.async_entries_for_config_entry(registry, entry.entry_id)
+            if entity.domain == "button" and entity.unique_id.startswith(prefix) and entity.unique_id not in wanted
+        ]
+        for entity in stale:
+            registry.async_remove(entity.entity_id)
+        if stale:
+            _LOGGER.info(
+                "Device %s no longer has %s %s; removed their buttons: %s",
+                device.name,
+                gone,
+                ", ".join(entity.unique_id.removeprefix(prefix) for entity in stale[:20]),
+                ", ".join(entity.entity_id for entity in stale[:20]) + (" …" if len(stale) > 20 else ""),
+            )
+
     @callback
     def remove_deleted_codes(device: XiaozhiDevice) -> Callable[[], None]:
+        listed = 0  # the tool lists already compared with
+
         @callback
         def update() -> None:
-            if IR_LIST not in device.queries:
-                return  # never listed: nothing to compare with
-            keep = {f"{device.mac}-ir-{name}" for name in ir_code_names(device.queries[IR_LIST])}
-            for entity in er.async_entries_for_config_entry(registry, entry.entry_id):
-                if (
-                    entity.domain == "button"
-                    and entity.unique_id.startswith(f"{device.mac}-ir-")
-                    and entity.unique_id not in keep
-                ):
-                    registry.async_remove(entity.entity_id)
+            nonlocal listed
+            if IR_LIST in device.queries:  # listed at least once: compare with it
+                remove_stale(device, "ir", ir_code_names(device.queries[IR_LIST]), "the IR codes")
+            if device.tool_lists != listed:  # a new tools/list (not the cache of an earlier one)
+                listed = device.tool_lists
+                remove_stale(device, "tool", tool_buttons(device), "the tools")
 
         return update
 
@@ -71,6 +93,14 @@ async def async_setup_entry(
     for device in list(hub.devices.values()):
         follow(device)
     entry.async_on_unload(hub.async_add_device_listener(follow))
+
+
+def tool_buttons(device: XiaozhiDevice) -> list[str]:
+    """The tools that get a generic button: at most ``MAX_TOOL_BUTTONS`` (bounds the registry)."""
+    names = plain_buttons(device.tools)
+    if len(names) > MAX_TOOL_BUTTONS:
+        device.log.report("too_many_buttons", f"{len(names)} tools could be buttons; the first {MAX_TOOL_BUTTONS} are")
+    return names[:MAX_TOOL_BUTTONS]
 
 
 class XiaozhiButton(XiaozhiEntity, ButtonEntity):

@@ -25,7 +25,7 @@ from .const import (
     DOMAIN,
     SUBENTRY_DEVICE,
 )
-from .hub import XiaozhiHub, async_get_hub, default_title
+from .hub import async_get_hub, default_title
 from .pairing import CheckResult, new_token
 from .protocol.messages import normalize_mac
 from .urls import ota_url, websocket_url
@@ -39,6 +39,9 @@ CODE_SCHEMA = vol.Schema(
         vol.Optional(CONF_NAME): selector.TextSelector(),
     }
 )
+
+
+AGAIN_SCHEMA = vol.Schema({vol.Required(CONF_CODE): selector.TextSelector()})
 
 
 def _name(user_input: dict[str, Any]) -> str | None:
@@ -70,8 +73,12 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
         hub = async_get_hub(self.hass)
         if hub is None:
             return self.async_abort(reason="not_loaded")
-        if self._mac in hub.devices:
-            return self.async_abort(reason="already_paired")
+        if not hub.pairing.for_mac(self._mac):
+            return self.async_abort(reason="not_pending")
+        if (device := hub.devices.get(self._mac)) is not None:
+            # A paired MAC with another identity: the real device after a reset, or someone else.
+            self.context["title_placeholders"] = {"board": device.name, "mac": self._mac, "name": device.name}
+            return await self.async_step_pair_again()
         board = discovery_info.get("board") or "device"
         # "name" is what the frontend shows where it has not loaded the flow_title translation
         # (the integration's own page); without it, it shows the bare domain.
@@ -89,9 +96,9 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
             return self.async_abort(reason="not_loaded")
         errors: dict[str, str] = {}
         if user_input is not None:
-            result = hub.pairing.check(self._mac, user_input[CONF_CODE])
-            if result is CheckResult.OK:
-                device = hub.async_pair(self._mac, _name(user_input), _client_id(hub, self._mac))
+            result, pending = hub.pairing.check(self._mac, user_input[CONF_CODE])
+            if pending is not None:
+                device = hub.async_pair(self._mac, _name(user_input), pending.report.identity)
                 return self.async_abort(reason="paired", description_placeholders={"name": device.name})
             if result is CheckResult.UNKNOWN:
                 return self.async_abort(reason="not_pending")
@@ -101,6 +108,27 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
             data_schema=self.add_suggested_values_to_schema(CODE_SCHEMA, user_input),
             errors=errors,
             description_placeholders={"mac": self._mac},
+        )
+
+    async def async_step_pair_again(self, user_input: dict[str, Any] | None = None) -> ConfigFlowResult:
+        """A paired device's MAC asks to pair again with a new identity: only its code lets it."""
+        hub = async_get_hub(self.hass)
+        if hub is None or (device := hub.devices.get(self._mac)) is None:
+            return self.async_abort(reason="not_loaded" if hub is None else "not_pending")
+        errors: dict[str, str] = {}
+        if user_input is not None:
+            result, pending = hub.pairing.check(self._mac, user_input[CONF_CODE])
+            if pending is not None:
+                hub.async_pair(self._mac, None, pending.report.identity)
+                return self.async_abort(reason="paired_again", description_placeholders={"name": device.name})
+            if result is CheckResult.UNKNOWN:
+                return self.async_abort(reason="not_pending")
+            errors[CONF_CODE] = result.value
+        return self.async_show_form(
+            step_id="pair_again",
+            data_schema=self.add_suggested_values_to_schema(AGAIN_SCHEMA, user_input),
+            errors=errors,
+            description_placeholders={"mac": self._mac, "name": device.name},
         )
 
     @staticmethod
@@ -114,11 +142,6 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
     def async_get_supported_subentry_types(cls, config_entry: ConfigEntry) -> dict[str, type[ConfigSubentryFlow]]:
         """Devices are subentries."""
         return {SUBENTRY_DEVICE: DeviceSubentryFlow}
-
-
-def _client_id(hub: XiaozhiHub, mac: str) -> str | None:
-    pending = hub.pairing.get(mac)
-    return pending.report.client_id if pending else None
 
 
 class XiaozhiOptionsFlow(OptionsFlow):
@@ -190,12 +213,11 @@ class DeviceSubentryFlow(ConfigSubentryFlow):
         if user_input is not None:
             result, pending = hub.pairing.claim(user_input[CONF_CODE])
             if pending is not None:
-                mac = pending.mac
-                if any(sub.unique_id == mac for sub in self._get_entry().subentries.values()):
-                    return self.async_abort(reason="already_configured")
-                data = {CONF_MAC: mac, CONF_TOKEN: new_token()}
-                if pending.report.client_id:
-                    data["client_id"] = pending.report.client_id
+                mac, identity = pending.mac, pending.report.identity
+                if (device := hub.devices.get(mac)) is not None:  # a paired MAC with a new identity
+                    hub.async_pair(mac, _name(user_input), identity)
+                    return self.async_abort(reason="paired_again", description_placeholders={"name": device.name})
+                data = {CONF_MAC: mac, CONF_TOKEN: new_token(), **identity.as_data()}
                 return self.async_create_entry(title=_name(user_input) or default_title(mac), data=data, unique_id=mac)
             errors[CONF_CODE] = result.value
         return self.async_show_form(

@@ -20,6 +20,9 @@ from .protocol.session import DeviceSession
 
 _LOGGER = logging.getLogger(__name__)
 
+CLOSE_TIMEOUT = 2.0
+"""Seconds a close may take (the firmware never answers a Close frame; a stuck peer never reads it)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ClientInfo:
@@ -39,8 +42,11 @@ class DeviceConnection:
         ws: web.WebSocketResponse,
         client: ClientInfo,
         vision_url: str | None = None,
+        *,
+        transport: asyncio.Transport | None = None,
     ) -> None:
         self.hass = hass
+        self.transport = transport  # aborted when a close cannot complete (a peer that stops reading)
         self.vision_url = vision_url
         self.device = device
         self.ws = ws
@@ -71,7 +77,7 @@ class DeviceConnection:
                     _LOGGER.warning(
                         "Device %s sent no hello within %s s; closing", self.device.mac, proto_session.HELLO_TIMEOUT
                     )
-                    await self.ws.close(code=4000, message=b"no hello")
+                    await self._async_close_ws(4000, "no hello")
                     return
                 self.heard = True
                 if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY) and not self._within_rate(loop.time()):
@@ -79,7 +85,7 @@ class DeviceConnection:
                     self.log.report("flood", f"sends faster than {FRAME_RATE:.0f} frames/s; dropping frames")
                     if self.dropped_frames >= FLOOD_LIMIT:
                         _LOGGER.warning("Device %s floods its connection; closing it", self.device.mac)
-                        await self.ws.close(code=1008, message=b"flood")
+                        await self._async_close_ws(1008, "flood")
                         return
                     continue
                 if msg.type is WSMsgType.TEXT:
@@ -100,8 +106,7 @@ class DeviceConnection:
         finally:
             self._cleanup()
             if not self.ws.closed:  # also stops aiohttp's heartbeat timer
-                with contextlib.suppress(Exception):
-                    await self.ws.close()
+                await self._async_close_ws(1000, "")
 
     @callback
     def _cleanup(self) -> None:
@@ -119,7 +124,23 @@ class DeviceConnection:
         _LOGGER.debug("Closing device %s: %s", self.device.mac, reason)
         self.session.close(reason)
         if not self.ws.closed:
-            await self.ws.close(code=code, message=reason.encode()[:120])
+            await self._async_close_ws(code, reason)
+
+    async def _async_close_ws(self, code: int, reason: str) -> None:
+        """Close within ``CLOSE_TIMEOUT`` whatever the peer does; past it, drop the TCP connection.
+
+        The Close frame waits behind whatever is queued for the device: a peer that stopped
+        reading would hold the close (and every call waiting on the device) forever.
+        """
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await self.ws.close(code=code, message=reason.encode()[:120])
+        except TimeoutError:
+            _LOGGER.info("Device %s does not read what is sent to it; dropping its connection", self.device.mac)
+            if self.transport is not None:
+                self.transport.abort()
+        except Exception as err:  # noqa: BLE001 - a socket already gone: nothing more to close
+            _LOGGER.debug("Device %s: closing failed: %s", self.device.mac, err)
 
     def _within_rate(self, now: float) -> bool:
         """A token bucket: ``FRAME_RATE`` frames a second, bursts of ``FRAME_BURST``."""
@@ -255,6 +276,8 @@ class DeviceConnection:
 
     def on_notification(self, method: str, params: Any) -> None:
         """A device notification becomes an HA event (and the device's event entity fires)."""
+        if not self.device.async_allow_notification(method, params):
+            return
         self.hass.bus.async_fire(
             EVENT_NOTIFICATION,
             {"device_id": self.device.device_id, "mac": self.device.mac, "method": method, "params": params},

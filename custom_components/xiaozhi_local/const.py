@@ -20,6 +20,7 @@ SUBENTRY_DEVICE: Final = "device"
 CONF_MAC: Final = "mac"
 CONF_TOKEN: Final = "token"
 CONF_CLIENT_ID: Final = "client_id"
+CONF_SERIAL: Final = "serial"
 
 VISION_TOKEN_TTL: Final = 30 * 60.0
 """Seconds a per-connection camera upload token stays valid (it is not the device's main token)."""
@@ -64,5 +65,15 @@ FRAME_BURST: Final = 600.0
 """Frames a connection may send at once above the average."""
 FLOOD_LIMIT: Final = 1000
 """Frames dropped for exceeding the rate before the connection is closed as a flood."""
+
+NOTIFICATION_RATE: Final = 1.0
+"""Notifications per second a device may turn into Home Assistant events on average."""
+NOTIFICATION_BURST: Final = 10.0
+"""Notifications a device may send at once above the average."""
+MAX_NOTIFICATION_PARAMS: Final = 4096
+"""Bytes of ``params`` (as JSON) a notification may carry into an event (the recorder keeps it)."""
+
+MAX_TOOL_BUTTONS: Final = 32
+"""Generic buttons one device gets for its argument-less tools (bounds its entity registry entries)."""
 
 MANUFACTURER: Final = "Xiaozhi"

@@ -18,10 +18,24 @@ from homeassistant.config_entries import ConfigSubentry
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import device_registry as dr
+from homeassistant.helpers.json import json_bytes
 from homeassistant.helpers.typing import UNDEFINED
 from homeassistant.util import dt as dt_util
 
-from .const import CONF_MAC, CONF_TOKEN, DEFAULT_CALL_TIMEOUT, DOMAIN, MANUFACTURER, VISION_TOKEN_TTL
+from .const import (
+    CONF_CLIENT_ID,
+    CONF_MAC,
+    CONF_SERIAL,
+    CONF_TOKEN,
+    DEFAULT_CALL_TIMEOUT,
+    DOMAIN,
+    MANUFACTURER,
+    MAX_NOTIFICATION_PARAMS,
+    NOTIFICATION_BURST,
+    NOTIFICATION_RATE,
+    VISION_TOKEN_TTL,
+)
+from .pairing import Identity
 from .protocol.mcp import (
     McpConnectionError,
     McpError,
@@ -55,6 +69,16 @@ class VoiceHandler(Protocol):
         """One uplink Opus packet."""
 
 
+REPORT_SAVE_DELAY = 10.0
+"""Seconds before what the device reported is saved (many reports make one write)."""
+USER_SAVE_DELAY = 1.0
+"""Seconds before a setting the user made while the device was away reaches disk."""
+
+
+def _identity_of(subentry: ConfigSubentry) -> Identity:
+    return Identity(subentry.data.get(CONF_CLIENT_ID), subentry.data.get(CONF_SERIAL))
+
+
 class DeviceOfflineError(McpConnectionError):
     """The device has no open connection now."""
 
@@ -73,13 +97,14 @@ class XiaozhiDevice:
         entry_id: str,
         subentry: ConfigSubentry,
         cache: dict[str, Any] | None = None,
-        persist: Callable[[], None] | None = None,
+        persist: Callable[[float], None] | None = None,
     ) -> None:
         self.hass = hass
         self.entry_id = entry_id
         self.subentry_id = subentry.subentry_id
         self.mac: str = subentry.data[CONF_MAC]
         self.token: str = subentry.data[CONF_TOKEN]
+        self.identity = _identity_of(subentry)
         self.name = subentry.title
         self.connection: DeviceConnection | None = None
         self.voice: VoiceHandler | None = None  # the assist satellite, once it exists
@@ -87,12 +112,16 @@ class XiaozhiDevice:
         self.last_seen: datetime | None = None
         self.refused_tokens = 0  # connections refused in a row for a wrong token (a repair issue at 5)
         self.log = OnceLogger(self.mac, _LOGGER)  # each kind of problem is logged once per device
-        self._persist = persist or (lambda: None)
+        self._persist = persist or (lambda _delay: None)
+        self._notification_allowance = NOTIFICATION_BURST
+        self._notification_refilled = 0.0
+        self.dropped_notifications = 0
         self._listeners: list[Callable[[], None]] = []
         self._notification_listeners: list[NotificationListener] = []
         self._refresh_lock = asyncio.Lock()
         cache = cache or {}
         self.tools: dict[str, McpTool] = {}
+        self.tool_lists = 0  # tools/list answers (or registrations) since start; 0: tools from the cache
         for raw in cache.get("tools", []):
             try:
                 tool = parse_tool(raw)
@@ -152,14 +181,16 @@ class XiaozhiDevice:
         return self.connection is not None
 
     @callback
-    def async_update_from(self, subentry: ConfigSubentry) -> None:
-        """The subentry changed (title, token)."""
+    def async_update_from(self, subentry: ConfigSubentry) -> bool:
+        """The subentry changed (title, token, identity). True when the identity changed."""
         self.name = subentry.title
         token = subentry.data[CONF_TOKEN]
         if token != self.token:
             self.token = token
             if self.connection is not None:  # a replaced token ends the session it opened
                 self.hass.async_create_task(self.connection.async_close("token changed"))
+        identity, self.identity = self.identity, _identity_of(subentry)
+        return identity != self.identity
 
     # -- listeners ----------------------------------------------------------------------------
 
@@ -179,6 +210,35 @@ class XiaozhiDevice:
     def _async_notify(self) -> None:
         for listener in list(self._listeners):
             listener()
+
+    @callback
+    def async_allow_notification(self, method: str, params: Any) -> bool:
+        """Whether a notification may become an event: bounded in size and rate, per device.
+
+        Events go to the recorder's database: a device that floods or sends large ones would fill
+        it. The excess is dropped, counted (diagnostics) and logged once.
+        """
+        now = self.hass.loop.time()
+        self._notification_allowance = min(
+            NOTIFICATION_BURST, self._notification_allowance + (now - self._notification_refilled) * NOTIFICATION_RATE
+        )
+        self._notification_refilled = now
+        try:
+            size = len(json_bytes(params))
+        except TypeError, ValueError:
+            size = MAX_NOTIFICATION_PARAMS + 1
+        if size > MAX_NOTIFICATION_PARAMS:
+            self.dropped_notifications += 1
+            self.log.report("notification_too_large", f"dropped notification {method[:64]!r}: params of {size} bytes")
+            return False
+        if self._notification_allowance < 1:
+            self.dropped_notifications += 1
+            self.log.report(
+                "notification_flood", f"sends more than {NOTIFICATION_RATE:g} notifications a second; dropping"
+            )
+            return False
+        self._notification_allowance -= 1
+        return True
 
     @callback
     def async_notification(self, method: str, params: Any) -> None:
@@ -211,11 +271,12 @@ class XiaozhiDevice:
         """``initialize`` and ``tools/list`` of the current connection are in."""
         self.server_info = info
         self.tools = {tool.name: tool for tool in tools}
+        self.tool_lists += 1
         if info.name or info.version:
             dr.async_get(self.hass).async_update_device(
                 self.device_id, model=info.name or None, sw_version=info.version or None
             )
-        self._persist()
+        self._persist(REPORT_SAVE_DELAY)
         self._async_notify()
 
     @callback
@@ -261,7 +322,7 @@ class XiaozhiDevice:
                 _LOGGER.warning("Device %s refused the setting %s made while it was away: %s", self.mac, key, err)
             if self.pending.get(key) is setting:  # not replaced meanwhile (latest value wins)
                 del self.pending[key]
-        self._persist()
+        self._persist(REPORT_SAVE_DELAY)
         await self.async_refresh()
 
     async def async_refresh(self) -> None:
@@ -280,14 +341,14 @@ class XiaozhiDevice:
                     self.log.report("query_not_json", f"{tool} did not answer with JSON")
                     continue
                 self.queries[tool] = value
-        self._persist()
+        self._persist(REPORT_SAVE_DELAY)
         self._async_notify()
 
     async def async_set(self, key: str, tool: str, arguments: dict[str, Any], value: Any) -> None:
         """A setting from an entity. Offline: kept and applied at the next connect."""
         if self.connection is None:
             self.pending[key] = {"tool": tool, "arguments": arguments, "value": value}
-            self._persist()
+            self._persist(USER_SAVE_DELAY)
             self._async_notify()
             return
         self.pending.pop(key, None)

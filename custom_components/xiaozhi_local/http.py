@@ -3,19 +3,17 @@
 import logging
 
 from aiohttp import web
-from aiohttp.web_exceptions import HTTPNotFound, HTTPServiceUnavailable, HTTPUnauthorized
+from aiohttp.web_exceptions import HTTPNotFound, HTTPServiceUnavailable
+from homeassistant.components.http.ban import process_wrong_login
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 
-from .connection import ClientInfo, DeviceConnection
+from .connection import CLOSE_TIMEOUT, ClientInfo, DeviceConnection
 from .const import MAX_CONNECTION_MESSAGE, WS_PATH
-from .hub import async_get_hub
+from .hub import Refused, async_get_hub
 from .protocol.messages import PROTOCOL_VERSIONS, normalize_mac
 from .urls import vision_url
 
 _LOGGER = logging.getLogger(__name__)
-
-CLOSE_TIMEOUT = 2.0
-"""The firmware never answers a Close frame; do not wait long for it."""
 
 
 def _param(request: web.Request, name: str) -> str | None:
@@ -66,22 +64,57 @@ class XiaozhiWebSocketView(HomeAssistantView):
         raw_mac = _param(request, "Device-Id")
         mac = normalize_mac(raw_mac) if raw_mac else None
         token = bearer_token(_param(request, "Authorization"))
-        device = hub.async_authenticate(mac, token) if mac else None
-        if device is None:
-            _LOGGER.warning(
-                "Refused a device connection from %s: %s",
-                request.remote,
-                "no valid Device-Id" if mac is None else f"unknown device or wrong token for {mac}",
-            )
-            raise HTTPUnauthorized  # raised, so HA's ip-ban counts it
+        device = hub.async_authenticate(mac, token) if mac else Refused.GUESS
+        if isinstance(device, Refused):
+            return await async_refuse(request, device, mac)
         client = ClientInfo(
             client_id=_param(request, "Client-Id"),
             protocol_version=_protocol_version(_param(request, "Protocol-Version")),
         )
+        hub.async_bind_identity(device, client.client_id)
         ws = web.WebSocketResponse(
             max_msg_size=MAX_CONNECTION_MESSAGE, autoping=False, compress=False, timeout=CLOSE_TIMEOUT
         )
         await ws.prepare(request)
-        connection = DeviceConnection(hass, device, ws, client, vision_url(hub.websocket_url()))
+        connection = DeviceConnection(
+            hass, device, ws, client, vision_url(hub.websocket_url()), transport=request.transport
+        )
         await hub.async_run_connection(connection)
         return ws
+
+
+SECRET_QUERY_KEYS = ("auth", "token", "key", "secret", "password")
+"""Query parameters whose values never reach the log (browser clients authenticate in the query)."""
+
+
+def _unauthorized() -> web.Response:
+    """The same answer as HTTPUnauthorized's, for every refusal: it says nothing about the device."""
+    return web.Response(status=401, text="401: Unauthorized")
+
+
+async def async_refuse(request: web.Request, why: Refused, mac: str | None) -> web.Response:
+    """Refuse a device request; only a guess counts towards Home Assistant's IP ban.
+
+    A device presenting a token it really had (before "Regenerate token", or before it was
+    deleted) is the user's own device: it is refused, but raises no "Login attempt failed" and is
+    never banned, so it can still fetch its new token at its next boot. A guess goes to HA's ban
+    logic with its secrets masked, since HA logs the requested URL.
+    """
+    if why is Refused.EARLIER:
+        _LOGGER.info(
+            "Refused device %s: it presents a token it had before it was regenerated or the device was "
+            "deleted; restart the device to fetch its current settings",
+            mac,
+        )
+        return _unauthorized()
+    _LOGGER.warning(
+        "Refused a device connection from %s: %s",
+        request.remote,
+        "no valid Device-Id" if mac is None else f"unknown device or wrong token for {mac}",
+    )
+    query = {
+        key: "***" if any(word in key.lower() for word in SECRET_QUERY_KEYS) else value
+        for key, value in request.rel_url.query.items()
+    }
+    await process_wrong_login(request.clone(rel_url=request.rel_url.with_query(query)))
+    return _unauthorized()

@@ -3,6 +3,7 @@
 import asyncio
 from collections.abc import Callable
 from datetime import datetime
+from enum import StrEnum
 import hmac
 import logging
 from types import MappingProxyType
@@ -12,6 +13,7 @@ from homeassistant.config_entries import SOURCE_INTEGRATION_DISCOVERY, ConfigEnt
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers import discovery_flow
 from homeassistant.helpers.event import async_track_time_interval
+from homeassistant.helpers.json import json_bytes
 from homeassistant.helpers.storage import Store
 
 from .connection import DeviceConnection
@@ -27,16 +29,25 @@ from .const import (
     REFRESH_EVERY_SWEEPS,
     SUBENTRY_DEVICE,
 )
-from .device import XiaozhiDevice
-from .pairing import DeviceReport, PairingManager, PendingDevice, new_token
+from .device import REPORT_SAVE_DELAY, XiaozhiDevice
+from .identities import IdentityJournal, token_hash
+from .pairing import AUTO_PAIR_PER_HOUR, DeviceReport, Identity, PairingManager, PendingDevice, RateLimit, new_token
 from .repairs import async_token_accepted, async_wrong_token
 from .urls import websocket_url
 
 _LOGGER = logging.getLogger(__name__)
 
 STORAGE_VERSION = 1
-SAVE_DELAY = 10.0
 _DUMMY_TOKEN = "x" * 43  # compared against when the device is unknown, so timing tells nothing
+
+
+class Refused(StrEnum):
+    """Why a connection was refused."""
+
+    GUESS = "guess"
+    """An unknown device, or a token that was never this device's: counts towards HA's IP ban."""
+    EARLIER = "earlier_token"
+    """A token this device had before the user regenerated it or deleted the device: not a guess."""
 
 
 class XiaozhiHub:
@@ -53,21 +64,77 @@ class XiaozhiHub:
         self._no_connections = asyncio.Event()
         self._no_connections.set()
         self._store: Store[dict[str, Any]] = Store(hass, STORAGE_VERSION, f"{DOMAIN}.{entry.entry_id}")
-        self._cache: dict[str, Any] = {}
+        self._cache: dict[str, Any] = {}  # by MAC: what was loaded, then the last cache that could be saved
+        self._save_due: float | None = None
+        self.identities = IdentityJournal(hass, entry.entry_id)
+        self._auto_pairing = RateLimit(AUTO_PAIR_PER_HOUR, 3600.0)
         self._device_listeners: list[Callable[[XiaozhiDevice], None]] = []
+        self._logged: dict[str, float] = {}
         self._sweeps = 0
 
     async def async_load(self) -> None:
-        """What devices reported before the restart (tools, values, waiting settings)."""
+        """What devices reported before the restart (tools, values, waiting settings); the tokens."""
         self._cache = await self._store.async_load() or {}
+        await self.identities.async_load()
 
     @callback
-    def _async_schedule_save(self) -> None:
-        self._store.async_delay_save(self._data_to_save, SAVE_DELAY)
+    def _async_schedule_save(self, delay: float = REPORT_SAVE_DELAY) -> None:
+        """Save the devices' caches in ``delay`` seconds, or sooner if a save is already due sooner."""
+        due = self.hass.loop.time() + delay
+        if self._save_due is not None and self._save_due <= due:
+            return
+        self._save_due = due
+        self._store.async_delay_save(self._data_to_save, delay)
 
     @callback
     def _data_to_save(self) -> dict[str, Any]:
-        return {mac: device.as_cache() for mac, device in self.devices.items()}
+        """Every device's cache; one that cannot be stored keeps its last good one (the others are saved)."""
+        self._save_due = None
+        data: dict[str, Any] = {}
+        for mac, device in self.devices.items():
+            cache = device.as_cache()
+            try:
+                json_bytes(cache)
+            except (TypeError, ValueError) as err:
+                device.log.report("unsaveable", f"what it reported cannot be stored ({err}); keeping the last good")
+                cache = self._cache.get(mac) or {}
+            self._cache[mac] = data[mac] = cache
+        return data
+
+    @callback
+    def async_restore_devices(self) -> None:
+        """Make the subentries match the journal where Home Assistant stopped before saving them.
+
+        Only where the journal is provably newer: a device it has and the subentries lack (paired
+        just before the stop), or a subentry whose token the journal knows as an earlier one
+        (regenerated, or the device deleted, just before the stop).
+        """
+        subentries = {
+            sub.data[CONF_MAC]: sub for sub in self.entry.subentries.values() if sub.subentry_type == SUBENTRY_DEVICE
+        }
+        for mac, record in self.identities:
+            sub = subentries.get(mac)
+            stale = sub is not None and token_hash(sub.data[CONF_TOKEN]) in record.previous
+            if record.token is None:
+                if stale and sub is not None:
+                    _LOGGER.warning("Device %s was deleted just before Home Assistant stopped; deleting it again", mac)
+                    self.hass.config_entries.async_remove_subentry(self.entry, sub.subentry_id)
+                continue
+            data = {CONF_MAC: mac, CONF_TOKEN: record.token, **record.identity.as_data()}
+            if sub is None:
+                _LOGGER.warning("Device %s was paired just before Home Assistant stopped; restoring it", mac)
+                self.hass.config_entries.async_add_subentry(
+                    self.entry,
+                    ConfigSubentry(
+                        data=MappingProxyType(data),
+                        subentry_type=SUBENTRY_DEVICE,
+                        title=record.title or default_title(mac),
+                        unique_id=mac,
+                    ),
+                )
+            elif stale:
+                _LOGGER.warning("Device %s got a new token just before Home Assistant stopped; keeping it", mac)
+                self.hass.config_entries.async_update_subentry(self.entry, sub, data={**sub.data, **data})
 
     @callback
     def async_add_device_listener(self, listener: Callable[[XiaozhiDevice], None]) -> CALLBACK_TYPE:
@@ -82,28 +149,39 @@ class XiaozhiHub:
             sub.data[CONF_MAC]: sub for sub in self.entry.subentries.values() if sub.subentry_type == SUBENTRY_DEVICE
         }
         for mac in [mac for mac in self.devices if mac not in wanted]:
-            device = self.devices.pop(mac)
-            self._by_device_id.pop(device.device_id, None)
+            gone = self.devices.pop(mac)
+            self._by_device_id.pop(gone.device_id, None)
+            self.identities.forget(mac)
+            self._cache.pop(mac, None)
             _LOGGER.info("Device %s was removed", mac)
-            if device.connection is not None:
-                self.hass.async_create_task(device.connection.async_close("device removed"))
+            if gone.connection is not None:
+                self.hass.async_create_task(gone.connection.async_close("device removed"))
             self._async_schedule_save()
         for mac, subentry in wanted.items():
-            if (existing := self.devices.get(mac)) is not None:
-                existing.async_update_from(subentry)
-                continue
-            device = XiaozhiDevice(
-                self.hass, self.entry.entry_id, subentry, self._cache.get(mac), self._async_schedule_save
+            if (device := self.devices.get(mac)) is not None:
+                fresh = device.async_update_from(subentry)
+            else:
+                fresh = True
+                device = XiaozhiDevice(
+                    self.hass, self.entry.entry_id, subentry, self._cache.get(mac), self._async_schedule_save
+                )
+                self.devices[mac] = device
+                self._by_device_id[device.device_id] = device
+                for listener in list(self._device_listeners):
+                    listener(device)
+            self.identities.note(mac, device.token, device.identity, device.name)
+            # The identity that heard the code is paired now, however it was done (card, "Add device").
+            for pending in self.pairing.for_mac(mac) if fresh else ():
+                if (pending.report.client_id or None) == device.identity.client_id:
+                    _LOGGER.info("Device %s paired as %s", mac, device.name)
+                    device.async_apply_report(pending.report)
+                    self.pairing.remove(mac)
+                    self._async_schedule_abort(mac)
+                    break
+        if self.identities.dirty:  # at once, not on a delay: see identities.py
+            self.entry.async_create_background_task(
+                self.hass, self.identities.async_flush(), "xiaozhi_local save identities"
             )
-            self.devices[mac] = device
-            self._by_device_id[device.device_id] = device
-            for listener in list(self._device_listeners):
-                listener(device)
-            if (pending := self.pairing.get(mac)) is not None:  # paired just now, however it was done
-                _LOGGER.info("Device %s paired as %s", mac, device.name)
-                device.async_apply_report(pending.report)
-                self.pairing.remove(mac)
-                self._async_schedule_abort(mac)
 
     @property
     def accept_without_code(self) -> bool:
@@ -116,11 +194,40 @@ class XiaozhiHub:
         return self.entry.options.get(CONF_WEBSOCKET_URL) or websocket_url(self.hass)
 
     @callback
-    def async_request_pairing(self, mac: str, report: DeviceReport) -> PendingDevice:
-        """An unknown device asks to join: its code, and a discovered-device card when it is new."""
-        pending, new = self.pairing.request(mac, report)
+    def async_proven(self, mac: str, report: DeviceReport) -> XiaozhiDevice | None:
+        """The paired device whose MAC and identity this OTA request presents, if it proves both.
+
+        With "Accept new devices without a code", an unknown MAC is paired here, at most
+        ``AUTO_PAIR_PER_HOUR`` an hour; a paired MAC with another identity never is.
+        """
+        device = self.devices.get(mac)
+        if device is None and self.accept_without_code:
+            if self._auto_pairing.allow():
+                _LOGGER.warning("Pairing %s without a code (the hub accepts new devices without one)", mac)
+                return self.async_pair(mac, None, report.identity)
+            self.log_once(
+                "auto_pair_limit",
+                "More than %d new devices asked to join within an hour; the rest must be paired with their code",
+                AUTO_PAIR_PER_HOUR,
+            )
+        if device is not None and report.identity.proves(device.identity):
+            return device
+        return None
+
+    @callback
+    def async_request_pairing(self, mac: str, report: DeviceReport, source: str = "") -> PendingDevice:
+        """A device asks to join (or a paired MAC with another identity): its code, and a card when new."""
+        pending, new = self.pairing.request(mac, report, source)
         if new:
-            _LOGGER.info("Device %s (%s) asks to join; its code is on its screen", mac, report.board)
+            if (device := self.devices.get(mac)) is not None:
+                _LOGGER.warning(
+                    "A device with the address of %s (%s) asks to pair again with a new identity; "
+                    "it was given a code and no token",
+                    device.name,
+                    mac,
+                )
+            else:
+                _LOGGER.info("Device %s (%s) asks to join; its code is on its screen", mac, report.board)
             discovery_flow.async_create_flow(
                 self.hass,
                 DOMAIN,
@@ -130,22 +237,56 @@ class XiaozhiHub:
         return pending
 
     @callback
-    def async_pair(self, mac: str, title: str | None, client_id: str | None = None) -> XiaozhiDevice:
-        """Make ``mac`` a paired device: a new subentry with its own token."""
-        data = {CONF_MAC: mac, CONF_TOKEN: new_token()}
-        if client_id:
-            data[CONF_CLIENT_ID] = client_id
-        self.hass.config_entries.async_add_subentry(
-            self.entry,
-            ConfigSubentry(
-                data=MappingProxyType(data),
-                subentry_type=SUBENTRY_DEVICE,
-                title=title or default_title(mac),
-                unique_id=mac,
-            ),
-        )
+    def async_pair(self, mac: str, title: str | None, identity: Identity) -> XiaozhiDevice:
+        """Make ``mac`` with ``identity`` a paired device: a new subentry with its own token.
+
+        A paired MAC takes the new identity instead. If it had one before, this is another
+        device (or a reset one): it gets a new token, and whoever holds the old one is out.
+        """
+        data: dict[str, Any] = {CONF_MAC: mac, CONF_TOKEN: new_token(), **identity.as_data()}
+        if (device := self.devices.get(mac)) is not None:
+            subentry = self.entry.subentries[device.subentry_id]
+            if not device.identity.client_id:
+                data[CONF_TOKEN] = device.token  # its first identity: the token the user configured stays
+            _LOGGER.info("Device %s (%s) now has a new identity", device.name, mac)
+            self.hass.config_entries.async_update_subentry(
+                self.entry, subentry, data=data, title=title or subentry.title
+            )
+        else:
+            self.hass.config_entries.async_add_subentry(
+                self.entry,
+                ConfigSubentry(
+                    data=MappingProxyType(data),
+                    subentry_type=SUBENTRY_DEVICE,
+                    title=title or default_title(mac),
+                    unique_id=mac,
+                ),
+            )
         self.async_sync_devices()
         return self.devices[mac]
+
+    @callback
+    def async_bind_identity(self, device: XiaozhiDevice, client_id: str | None) -> None:
+        """A device paired by MAC alone connected with its token: its ``Client-Id`` is its identity now.
+
+        From then on its OTA requests prove themselves (py-xiaozhi fetches its token there).
+        """
+        if device.identity.client_id or not client_id or len(client_id) > 64:
+            return
+        subentry = self.entry.subentries[device.subentry_id]
+        _LOGGER.info("Device %s (%s) is known by its client id from now on", device.name, device.mac)
+        self.hass.config_entries.async_update_subentry(
+            self.entry, subentry, data={**subentry.data, CONF_CLIENT_ID: client_id}
+        )
+        self.async_sync_devices()
+
+    @callback
+    def log_once(self, kind: str, message: str, *args: Any) -> None:
+        """A hub-wide warning, logged once an hour at most per kind."""
+        now = self.hass.loop.time()
+        if self._logged.get(kind, -3600.0) + 3600.0 <= now:
+            self._logged[kind] = now
+            _LOGGER.warning(message, *args)
 
     @callback
     def _async_schedule_abort(self, mac: str) -> None:
@@ -163,17 +304,18 @@ class XiaozhiHub:
             self.hass.config_entries.flow.async_abort(flow["flow_id"])
 
     @callback
-    def async_authenticate(self, mac: str, token: str) -> XiaozhiDevice | None:
-        """The device whose MAC and token these are; constant-time token comparison."""
+    def async_authenticate(self, mac: str, token: str) -> XiaozhiDevice | Refused:
+        """The device whose MAC and token these are, or why not; constant-time token comparison."""
         device = self.devices.get(mac)
         expected = device.token if device is not None else _DUMMY_TOKEN
         matches = hmac.compare_digest(expected.encode(), token.encode())
+        refusal = Refused.EARLIER if self.identities.was_issued(mac, token) else Refused.GUESS
         if device is None:
-            return None
+            return refusal
         if not matches or not token:
             device.refused_tokens += 1
             async_wrong_token(self.hass, mac, device.name, device.refused_tokens)
-            return None
+            return refusal
         if device.refused_tokens:
             device.refused_tokens = 0
             async_token_accepted(self.hass, mac)
@@ -224,6 +366,7 @@ class XiaozhiHub:
         self.stopping = True
         await asyncio.gather(*(conn.async_close(reason, code) for conn in list(self.connections)))
         await self._store.async_save(self._data_to_save())
+        await self.identities.async_flush()
 
 
 def default_title(mac: str) -> str:

@@ -3,9 +3,13 @@
 ``POST /api/xiaozhi_local/ota/`` (the "Custom OTA URL" typed into the device's Wi-Fi portal)
 and ``POST …/ota/activate``. See device-protocol.md §2: the answer always carries ``url``,
 ``token`` and ``version`` (the device keeps stale keys otherwise) and never ``mqtt``.
+
+A token is handed only to a request that proves it comes from the paired device: its MAC
+(which anyone can see) *and* the identity recorded when it paired (``Client-Id``, and the
+serial number of activation-v2 boards). Any other request, whatever MAC it names, is treated
+as a device asking to join: it gets a code of its own, and the user decides.
 """
 
-import json
 import logging
 from typing import Any
 
@@ -17,7 +21,7 @@ from homeassistant.util import dt as dt_util
 from .const import MAX_OTA_BODY, OTA_PATH
 from .hub import XiaozhiHub, async_get_hub
 from .pairing import DeviceReport, activation_message
-from .protocol.messages import normalize_mac
+from .protocol.messages import loads, normalize_mac
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -38,7 +42,7 @@ async def _read_body(request: web.Request) -> dict[str, Any] | web.Response:
     if not data.strip():
         return {}
     try:
-        body = json.loads(data)
+        body = loads(data)
     except ValueError, RecursionError:
         return _error(400, "body is not valid JSON")
     if not isinstance(body, dict):
@@ -94,22 +98,17 @@ class XiaozhiOtaView(HomeAssistantView):
             return found
         hub, mac, body = found
         hass = request.app[KEY_HASS]
-        report = DeviceReport.from_body(
-            body, client_id=request.headers.get("Client-Id"), language=request.headers.get("Accept-Language")
-        )
-        device = hub.devices.get(mac)
-        if device is None and hub.accept_without_code:
-            _LOGGER.warning("Pairing %s without a code (the hub accepts new devices without one)", mac)
-            device = hub.async_pair(mac, None, report.client_id)
-        if device is not None:
+        report = DeviceReport.from_request(body, request.headers)
+        if (device := hub.async_proven(mac, report)) is not None:
             device.async_apply_report(report)
+            await hub.identities.async_flush()  # the token is on disk before it leaves (identities.py)
             return web.json_response(
                 {
                     "server_time": server_time(hass),
                     "websocket": {"url": hub.websocket_url(), "token": device.token, "version": 1},
                 }
             )
-        pending = hub.async_request_pairing(mac, report)
+        pending = hub.async_request_pairing(mac, report, request.remote or "")
         return web.json_response(
             {
                 "server_time": server_time(hass),
@@ -132,13 +131,18 @@ class XiaozhiActivateView(HomeAssistantView):
     requires_auth = False
 
     async def post(self, request: web.Request) -> web.Response:
-        """The device polls until it is paired."""
+        """The device polls until it is paired.
+
+        Only the paired device itself (MAC and identity) hears "activated"; a stranger naming a
+        paired MAC gets the answer of an unknown one, so this tells nobody what is paired.
+        """
         found = await _hub_and_mac(request)
         if isinstance(found, web.Response):
             return found
-        hub, mac, _body = found
-        if mac in hub.devices:
+        hub, mac, body = found
+        identity = DeviceReport.from_request(body, request.headers).identity
+        if (device := hub.devices.get(mac)) is not None and identity.proves(device.identity):
             return web.json_response({"status": "activated"})
-        if hub.pairing.touch(mac):
+        if hub.pairing.touch(mac, identity):
             return web.json_response({"status": "pending"}, status=202)
         return _error(404, "no pairing is pending for this device; it asks again at its next OTA check")

@@ -1,10 +1,18 @@
 """Pairing by spoken code: the codes handed to unknown devices, and who may still claim one.
 
+A device is known by its MAC (``Device-Id``), which anyone on the LAN can see, and by its
+identity, which only it sends: the ``Client-Id`` the firmware generates once and keeps, and
+the serial number of boards that do activation v2. A waiting device is one MAC *and* one
+identity: a stranger asking with a paired or waiting MAC gets a code of its own, and the code
+the user types binds the identity that heard it.
+
 Plain Python with an injectable clock. Everything here is bounded: at most ``MAX_PENDING``
-devices wait at once (the least recently seen one makes room), each code lives ``CODE_TTL``
-seconds, and ``MAX_FAILURES`` wrong tries for a device lock its code for ``LOCKOUT`` seconds.
+devices wait at once and ``MAX_PER_SOURCE`` of them per source address (a flood from one
+address only pushes out its own), each code lives ``CODE_TTL`` seconds, and ``MAX_FAILURES``
+wrong tries for a MAC lock its codes for ``LOCKOUT`` seconds.
 """
 
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -12,7 +20,13 @@ import secrets
 import time
 from typing import Any, Final
 
+from .const import CONF_CLIENT_ID, CONF_SERIAL
+
 MAX_PENDING: Final = 64
+MAX_PER_SOURCE: Final = 8
+"""Devices one source address may have waiting at once; more push out its own oldest."""
+AUTO_PAIR_PER_HOUR: Final = 10
+"""Devices "Accept new devices without a code" pairs in an hour; later ones are given a code."""
 CODE_TTL: Final = 15 * 60.0
 MAX_FAILURES: Final = 5
 LOCKOUT: Final = 5 * 60.0
@@ -38,6 +52,36 @@ def activation_message(code: str, language: str | None) -> str:
     return _MESSAGES["zh" if lang.startswith("zh") else "en"].format(code=code)
 
 
+def _text(value: Any, limit: int = 64) -> str | None:
+    return value.strip()[:limit] or None if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What a device proves itself with besides its MAC (sent by the device alone; see the module)."""
+
+    client_id: str | None = None
+    serial: str | None = None
+
+    def proves(self, recorded: Identity) -> bool:
+        """Whether this request's identity is the one recorded when the device paired.
+
+        Nothing recorded proves nothing: a device paired by MAC alone has to bind an identity
+        first (with a code, or by connecting once with its token). Constant-time comparisons.
+        """
+        if not recorded.client_id or not self.client_id:
+            return False
+        if not secrets.compare_digest(recorded.client_id.encode(), self.client_id.encode()):
+            return False
+        if recorded.serial:
+            return self.serial is not None and secrets.compare_digest(recorded.serial.encode(), self.serial.encode())
+        return True
+
+    def as_data(self) -> dict[str, str]:
+        """As kept in the device's subentry (only what is known)."""
+        return {key: value for key, value in ((CONF_CLIENT_ID, self.client_id), (CONF_SERIAL, self.serial)) if value}
+
+
 @dataclass(slots=True)
 class DeviceReport:
     """What a device says about itself in its OTA request (every field optional)."""
@@ -47,22 +91,29 @@ class DeviceReport:
     chip: str | None = None
     client_id: str | None = None
     language: str | None = None
+    serial: str | None = None
+
+    @property
+    def identity(self) -> Identity:
+        """The identity this request presents."""
+        return Identity(self.client_id, self.serial)
 
     @classmethod
-    def from_body(cls, body: dict[str, Any], *, client_id: str | None, language: str | None) -> DeviceReport:
-        """Pick the known fields out of an OTA body, ignoring anything of the wrong type."""
+    def from_request(cls, body: dict[str, Any], headers: Any) -> DeviceReport:
+        """Pick the known fields out of an OTA request, ignoring anything of the wrong type.
 
-        def text(value: Any, limit: int = 64) -> str | None:
-            return value.strip()[:limit] or None if isinstance(value, str) else None
-
+        ``Client-Id`` is a header (the body's ``uuid`` holds the same value on stock firmware);
+        ``Serial-Number`` is sent by boards with a factory serial (``Activation-Version: 2``).
+        """
         board: dict[str, Any] = body["board"] if isinstance(body.get("board"), dict) else {}
         application: dict[str, Any] = body["application"] if isinstance(body.get("application"), dict) else {}
         return cls(
-            board=text(board.get("type")) or text(board.get("name")),
-            firmware=text(application.get("version")),
-            chip=text(body.get("chip_model_name")),
-            client_id=text(client_id, 64),
-            language=text(language) or text(body.get("language")),
+            board=_text(board.get("type")) or _text(board.get("name")),
+            firmware=_text(application.get("version")),
+            chip=_text(body.get("chip_model_name")),
+            client_id=_text(headers.get("Client-Id")) or _text(body.get("uuid")),
+            language=_text(headers.get("Accept-Language")) or _text(body.get("language")),
+            serial=_text(headers.get("Serial-Number")),
         )
 
 
@@ -76,8 +127,13 @@ class PendingDevice:
     created: float
     seen: float
     report: DeviceReport
-    failures: int = 0
-    locked_until: float = 0.0
+    source: str = ""
+    """The address the request came from (bounds what one address can hold)."""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """One MAC and one identity."""
+        return self.mac, self.report.client_id or ""
 
 
 class CheckResult(StrEnum):
@@ -89,64 +145,95 @@ class CheckResult(StrEnum):
     UNKNOWN = "not_pending"
 
 
+@dataclass(slots=True)
+class _Lock:
+    failures: int = 0
+    until: float = 0.0
+
+
 @dataclass
 class PairingManager:
-    """Pending devices by MAC, and by code."""
+    """Waiting devices by MAC and identity, and by code."""
 
     clock: Callable[[], float] = time.monotonic
     max_pending: int = MAX_PENDING
+    max_per_source: int = MAX_PER_SOURCE
     code_ttl: float = CODE_TTL
     on_drop: Callable[[str], None] | None = None
-    """Told the MAC of each device dropped unpaired (expired, or making room)."""
-    _pending: dict[str, PendingDevice] = field(default_factory=dict)
+    """Told the MAC of each device dropped unpaired (expired, or making room) once none of it waits."""
+    _pending: dict[tuple[str, str], PendingDevice] = field(default_factory=dict)
+    _locks: dict[str, _Lock] = field(default_factory=dict)  # wrong tries, by MAC
     _code_failures: int = 0
     _code_locked_until: float = 0.0
 
     def __len__(self) -> int:
         return len(self._pending)
 
-    def get(self, mac: str) -> PendingDevice | None:
-        """The pending device with this MAC, if its code is still valid."""
+    def find(self, mac: str, identity: Identity) -> PendingDevice | None:
+        """The waiting device with this MAC and this identity, if its code is still valid."""
         self._expire()
-        return self._pending.get(mac)
+        return self._pending.get((mac, identity.client_id or ""))
 
-    def request(self, mac: str, report: DeviceReport) -> tuple[PendingDevice, bool]:
-        """A device asks to join: its pending record (created when new). True when new."""
+    def for_mac(self, mac: str) -> list[PendingDevice]:
+        """Every identity waiting with this MAC."""
+        self._expire()
+        return [p for p in self._pending.values() if p.mac == mac]
+
+    def request(self, mac: str, report: DeviceReport, source: str = "") -> tuple[PendingDevice, bool]:
+        """A device asks to join: its waiting record (created when new). True when new."""
         now = self.clock()
         self._expire()
-        if (pending := self._pending.get(mac)) is not None:
+        key = (mac, report.client_id or "")
+        if (pending := self._pending.get(key)) is not None:
             pending.seen = now
             pending.report = report
             return pending, False
-        while len(self._pending) >= self.max_pending:
-            self._drop(min(self._pending.values(), key=lambda p: p.seen).mac)
-        pending = PendingDevice(mac, self._new_code(), secrets.token_hex(16), now, now, report)
-        self._pending[mac] = pending
+        self._make_room(source)
+        pending = PendingDevice(mac, self._new_code(), secrets.token_hex(16), now, now, report, source)
+        self._pending[key] = pending
         return pending, True
 
-    def touch(self, mac: str) -> bool:
-        """The device polls ``/activate``: keep it as recently seen. False when not pending."""
-        if (pending := self.get(mac)) is None:
+    def _make_room(self, source: str) -> None:
+        """Make room before a new device waits.
+
+        The source's oldest goes when the source is at its cap; when the table is full, the
+        oldest of whichever source holds the most (so a flood evicts itself, not the others).
+        """
+        mine = [p for p in self._pending.values() if p.source == source]
+        if len(mine) >= self.max_per_source:
+            self._drop(min(mine, key=lambda p: p.seen))
+        while len(self._pending) >= self.max_pending:
+            counts = Counter(p.source for p in self._pending.values())
+            most = max(counts.values())
+            crowd = [p for p in self._pending.values() if counts[p.source] == most]
+            self._drop(min(crowd, key=lambda p: p.seen))
+
+    def touch(self, mac: str, identity: Identity) -> bool:
+        """The device polls ``/activate``: keep it as recently seen. False when not waiting."""
+        if (pending := self.find(mac, identity)) is None:
             return False
         pending.seen = self.clock()
         return True
 
-    def check(self, mac: str, code: str) -> CheckResult:
-        """Check the code typed for one device; counts wrong tries."""
-        pending = self.get(mac)
-        if pending is None:
-            return CheckResult.UNKNOWN
+    def check(self, mac: str, code: str) -> tuple[CheckResult, PendingDevice | None]:
+        """Check the code typed for one MAC (whichever of its identities heard it); counts wrong tries."""
+        waiting = self.for_mac(mac)
+        if not waiting:
+            return CheckResult.UNKNOWN, None
         now = self.clock()
-        if pending.locked_until > now:
-            return CheckResult.LOCKED
-        if secrets.compare_digest(pending.code, _digits(code)):
-            return CheckResult.OK
-        pending.failures += 1
-        if pending.failures >= MAX_FAILURES:
-            pending.failures = 0
-            pending.locked_until = now + LOCKOUT
-            return CheckResult.LOCKED
-        return CheckResult.WRONG
+        lock = self._locks.setdefault(mac, _Lock())
+        if lock.until > now:
+            return CheckResult.LOCKED, None
+        wanted = _digits(code)
+        for pending in waiting:
+            if secrets.compare_digest(pending.code, wanted):
+                return CheckResult.OK, pending
+        lock.failures += 1
+        if lock.failures >= MAX_FAILURES:
+            lock.failures = 0
+            lock.until = now + LOCKOUT
+            return CheckResult.LOCKED, None
+        return CheckResult.WRONG, None
 
     def claim(self, code: str) -> tuple[CheckResult, PendingDevice | None]:
         """Find whose code this is, when it was typed without a device ("Add device").
@@ -160,7 +247,8 @@ class PairingManager:
             return CheckResult.LOCKED, None
         wanted = _digits(code)
         for pending in self._pending.values():
-            if pending.locked_until <= now and secrets.compare_digest(pending.code, wanted):
+            lock = self._locks.get(pending.mac)
+            if (lock is None or lock.until <= now) and secrets.compare_digest(pending.code, wanted):
                 self._code_failures = 0
                 return CheckResult.OK, pending
         self._code_failures += 1
@@ -171,24 +259,50 @@ class PairingManager:
         return CheckResult.WRONG, None
 
     def remove(self, mac: str) -> None:
-        """The device was paired (or forgotten)."""
-        self._pending.pop(mac, None)
+        """The device was paired (or forgotten): every identity waiting with its MAC goes."""
+        for key in [key for key, p in self._pending.items() if p.mac == mac]:
+            del self._pending[key]
+        self._locks.pop(mac, None)
 
     def _expire(self) -> None:
         deadline = self.clock() - self.code_ttl
-        for mac in [mac for mac, p in self._pending.items() if p.created <= deadline]:
-            self._drop(mac)
+        for pending in [p for p in self._pending.values() if p.created <= deadline]:
+            self._drop(pending)
 
-    def _drop(self, mac: str) -> None:
-        del self._pending[mac]
+    def _drop(self, pending: PendingDevice) -> None:
+        del self._pending[pending.key]
+        if any(p.mac == pending.mac for p in self._pending.values()):
+            return
+        if (lock := self._locks.get(pending.mac)) is not None and lock.until <= self.clock():
+            del self._locks[pending.mac]
         if self.on_drop is not None:
-            self.on_drop(mac)
+            self.on_drop(pending.mac)
 
     def _new_code(self) -> str:
         in_use = {p.code for p in self._pending.values()}
         while (code := f"{secrets.randbelow(10**CODE_DIGITS):0{CODE_DIGITS}d}") in in_use:
             pass
         return code
+
+
+@dataclass
+class RateLimit:
+    """At most ``limit`` events in any ``window`` seconds (a sliding window)."""
+
+    limit: int
+    window: float
+    clock: Callable[[], float] = time.monotonic
+    _times: deque[float] = field(default_factory=deque)
+
+    def allow(self) -> bool:
+        """Count one event now, unless the window is full (then False, and nothing is counted)."""
+        now = self.clock()
+        while self._times and self._times[0] <= now - self.window:
+            self._times.popleft()
+        if len(self._times) >= self.limit:
+            return False
+        self._times.append(now)
+        return True
 
 
 def _digits(code: str) -> str:

@@ -21,6 +21,8 @@ from homeassistant.components.sensor import SensorDeviceClass, SensorEntityDescr
 from homeassistant.const import PERCENTAGE, EntityCategory, UnitOfTemperature
 from homeassistant.helpers.entity import EntityDescription
 
+from .protocol.mcp import safe_name
+
 STATUS: Final = "self.get_device_status"
 LAMP_STATE: Final = "self.lamp.get_state"
 IR_LIST: Final = "self.ir.list_codes"
@@ -295,7 +297,8 @@ def ir_code_names(result: Any) -> list[str]:
     """The saved IR code names in a ``self.ir.list_codes`` result, whatever its shape.
 
     Accepts ``["tv_power", …]``, ``{"codes": [...]}`` with strings or ``{"name": …}`` objects, or
-    ``{"tv_power": "20DF10EF", …}``. At most 64 names of at most 64 characters.
+    ``{"tv_power": "20DF10EF", …}``. At most 64 names of at most 64 characters; names with
+    control or format characters are left out (they would reach entity ids and names).
     """
     items: Any = result.get("codes", result) if isinstance(result, dict) else result
     if isinstance(items, dict):
@@ -303,7 +306,7 @@ def ir_code_names(result: Any) -> list[str]:
     names: list[str] = []
     for item in items if isinstance(items, list) else []:
         name = item.get("name") if isinstance(item, dict) else item
-        if isinstance(name, str) and 0 < len(name) <= 64 and name not in names:
+        if isinstance(name, str) and 0 < len(name) <= 64 and safe_name(name) and name not in names:
             names.append(name)
     return names[:64]
 

@@ -1,6 +1,7 @@
 """``python -m xiaozhi_sim`` as a separate process against the test HA's endpoint."""
 
 import asyncio
+import json
 import os
 from pathlib import Path
 import sys
@@ -10,7 +11,7 @@ from aiohttp.test_utils import TestClient
 from homeassistant.core import HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from ..conftest import MAC, TOKEN, wait_for, ws_url
+from ..conftest import CLIENT_ID, MAC, TOKEN, wait_for, ws_url
 
 ROOT = Path(__file__).parents[2]
 
@@ -53,13 +54,18 @@ async def test_cli_refused(
 
 
 async def test_cli_boots_through_ota(
-    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], tmp_path: Path
 ) -> None:
-    """``--ota``: the paired device learns its URL and token from the OTA answer, then connects."""
+    """``--ota``: the paired device learns its URL and token from the OTA answer, then connects.
+
+    Its flash (``--nvs``) holds the Client-Id it paired with; the answer is stored there too.
+    """
     hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
     await hass.async_block_till_done()
     ota = str(client.make_url("/api/xiaozhi_local/ota/"))
-    proc = await run_cli("--ota", ota, "--mac", MAC)
+    flash = tmp_path / "flash.json"
+    flash.write_text(json.dumps({"board": {"uuid": CLIENT_ID}}))
+    proc = await run_cli("--ota", ota, "--mac", MAC, "--nvs", str(flash), "--client-id", "ignored: flash has one")
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert line.decode().startswith(f"connected as {MAC}")
@@ -68,6 +74,9 @@ async def test_cli_boots_through_ota(
     await xdev.connection.async_close("test over")
     await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0
+    stored = json.loads(flash.read_text())
+    assert stored["board"] == {"uuid": CLIENT_ID}
+    assert stored["websocket"]["token"] == TOKEN
 
 
 async def test_cli_register_flavor(

@@ -183,3 +183,30 @@ async def test_user_only_tools_are_annotated() -> None:
         "network": {"type": "wifi", "ssid": "MyWiFi", "signal": "strong"},
         "chip": {"temperature": 41.5},
     }
+
+
+def test_client_id_is_made_once_and_kept_in_flash(tmp_path: Any) -> None:
+    """NVS ``board/uuid``: a new device makes its Client-Id once; every later boot sends the same."""
+    flash = tmp_path / "nvs.json"
+    first = device(nvs_path=str(flash))
+    again = device(nvs_path=str(flash))
+    assert again.options.client_id == first.options.client_id
+    assert again.system_info["uuid"] == first.options.client_id  # the body's uuid is the same value
+    assert json.loads(flash.read_text())["board"]["uuid"] == first.options.client_id
+    flash.unlink()  # NVS erased: a new identity, as on the firmware
+    assert device(nvs_path=str(flash)).options.client_id != first.options.client_id
+
+
+def test_activation_v2_headers_and_hmac() -> None:
+    """A board with a factory serial number: Activation-Version 2, its serial, an HMAC of the challenge."""
+    from xiaozhi_sim.ota import OtaClient
+
+    dev = device(serial_number="SN" + "0" * 30)
+    ota = OtaClient(dev, "http://unused/ota/")
+    headers = ota.headers()
+    assert (headers["Activation-Version"], headers["Serial-Number"]) == ("2", "SN" + "0" * 30)
+    body = json.loads(ota.activate_body("abc"))
+    assert body["algorithm"] == "hmac-sha256"
+    assert (body["serial_number"], body["challenge"]) == ("SN" + "0" * 30, "abc")
+    assert len(body["hmac"]) == 64
+    assert json.loads(OtaClient(device(), "http://unused/ota/").activate_body("abc")) == {}

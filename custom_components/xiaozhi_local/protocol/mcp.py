@@ -18,6 +18,8 @@ import logging
 import secrets
 from typing import Any, Final, Literal
 
+from .messages import loads
+
 PROTOCOL_VERSION: Final = "2024-11-05"
 MAX_ID: Final = 2**31 - 1  # the firmware echoes ids through cJSON's valueint
 DEFAULT_TIMEOUT: Final = 10.0
@@ -118,9 +120,18 @@ class ToolResult:
         if not text.startswith(("{", "[")):
             return None
         try:
-            return json.loads(text)
-        except ValueError:
+            return loads(text)
+        except ValueError, RecursionError:
             return None
+
+
+def safe_name(name: str) -> bool:
+    """Whether a device-given name may become part of an entity's id and name.
+
+    Refuses NUL, ESC, newlines, bidirectional overrides (``U+202E``), zero-width and other
+    format characters, and every space but the plain one: ``str.isprintable`` without them.
+    """
+    return name == name.strip() and name.isprintable()
 
 
 def parse_tool(raw: Any) -> McpTool:
@@ -129,7 +140,9 @@ def parse_tool(raw: Any) -> McpTool:
         raise ValueError("tool is not an object")
     name = raw.get("name")
     if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
-        raise ValueError(f"bad tool name {name!r}")
+        raise ValueError(f"bad tool name {str(name)[:MAX_NAME_LENGTH]!r}")
+    if not safe_name(name):
+        raise ValueError(f"tool name {name!r} has control, format or separator characters")
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise ValueError(f"tool {name}: description is not a string")

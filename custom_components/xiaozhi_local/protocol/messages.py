@@ -6,6 +6,7 @@ saying what is wrong with it. Nothing raises on bad input.
 
 from dataclasses import dataclass, field
 import json
+import math
 from typing import Any, Final
 import uuid
 
@@ -19,6 +20,38 @@ DOWNLINK_SAMPLE_RATE: Final = 24000
 """Rate of the Opus audio we send (the firmware's default and the quality TTS engines give)."""
 
 DOWNLINK_FRAME_DURATION_MS: Final = 60
+
+INT_RANGE: Final = (-(2**63), 2**63 - 1)
+"""Integers a device may send as integers: what Home Assistant's JSON (orjson) can store again."""
+
+
+def _bounded_int(text: str) -> int | float | None:
+    """A JSON integer: as it is within ``INT_RANGE``; a float beyond (the digit limit never trips)."""
+    if len(text) <= 20:
+        value = int(text)
+        if INT_RANGE[0] <= value <= INT_RANGE[1]:
+            return value
+    return _bounded_float(text)
+
+
+def _bounded_float(text: str) -> float | None:
+    """A JSON number with a fraction or exponent; None for one out of float range (``1e999``)."""
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _no_constant(_name: str) -> None:
+    """``NaN``, ``Infinity``: not JSON; read as null."""
+
+
+def loads(text: str | bytes | bytearray) -> Any:
+    """JSON from a device, every number bounded so that Home Assistant can store and send it again.
+
+    A ``2**64`` or a 5 000-digit number cannot break a later save of the hub's store or the
+    recorder: integers beyond 64 bits become floats, numbers beyond float range and ``NaN``
+    become null. Raises ValueError (also for bad unicode) and RecursionError like ``json.loads``.
+    """
+    return json.loads(text, parse_int=_bounded_int, parse_float=_bounded_float, parse_constant=_no_constant)
 
 
 class FrameError(Exception):
@@ -90,8 +123,8 @@ def _int(value: Any) -> int | None:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
+    if isinstance(value, str) and (digits := value.strip()).isascii() and digits.isdigit() and len(digits) <= 9:
+        return int(digits)
     return None
 
 
@@ -102,7 +135,7 @@ def _int_field(
         return default
     value = _int(obj[key])
     if value is None or (allowed is not None and value not in allowed):
-        problems.append(f"{key} {obj[key]!r} is not usable")
+        problems.append(f"{key} {repr(obj[key])[:40]} is not usable")
         return default
     return value
 
@@ -155,7 +188,7 @@ def parse_hello(obj: dict[str, Any]) -> ClientHello:
 def parse_client_frame(text: str) -> ClientMessage:
     """Parse one text frame from a client. Raises FrameError (never anything else)."""
     try:
-        obj = json.loads(text)
+        obj = loads(text)
     except ValueError as err:  # JSONDecodeError and bad unicode escapes
         raise FrameError("not_json", str(err)) from None
     except RecursionError:

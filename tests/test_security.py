@@ -1,0 +1,452 @@
+"""Who gets a token, and who is refused how: a neighbour on the LAN cannot take over a device.
+
+Every test goes through the real endpoints, with the firmware simulator where a device acts.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator
+import logging
+from types import MappingProxyType
+from typing import Any
+from unittest.mock import patch
+
+from aiohttp import ClientSession, TCPConnector
+from aiohttp.test_utils import TestClient
+from homeassistant.components.http.ban import KEY_FAILED_LOGIN_ATTEMPTS
+from homeassistant.config_entries import SOURCE_INTEGRATION_DISCOVERY, ConfigSubentry
+from homeassistant.core import HomeAssistant
+from homeassistant.data_entry_flow import FlowResultType
+from homeassistant.setup import async_setup_component
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.xiaozhi_local.const import CONF_WEBSOCKET_URL, DOMAIN, OTA_PATH, WS_PATH
+from custom_components.xiaozhi_local.identities import token_hash
+from custom_components.xiaozhi_local.pairing import AUTO_PAIR_PER_HOUR, MAX_PER_SOURCE
+from xiaozhi_sim import SimulatedDevice, SimulatorOptions
+
+from .conftest import CLIENT_ID, MAC, TOKEN, device_subentry, wait_for, ws_url
+from .helpers import placeholders_of
+from .test_ota import FAST, NEW_MAC, ota_headers, ota_url
+
+STRANGER = "5f0e0000-0000-4000-8000-00000000dead"
+
+
+@pytest.fixture
+def journal_on_disk() -> dict[str, Any] | None:
+    """The identity journal as Home Assistant finds it at start (tests parametrize it)."""
+    return None
+
+
+@pytest.fixture
+async def setup_integration(
+    hass: HomeAssistant,
+    config_entry: MockConfigEntry,
+    hass_storage: dict[str, Any],
+    journal_on_disk: dict[str, Any] | None,
+) -> AsyncIterator[MockConfigEntry]:
+    """The integration, with HA's IP ban on as users run it (five failed logins ban an address)."""
+    if journal_on_disk is not None:
+        hass_storage[f"{DOMAIN}.{config_entry.entry_id}.identities"] = {
+            "version": 1,
+            "minor_version": 1,
+            "key": f"{DOMAIN}.{config_entry.entry_id}.identities",
+            "data": {"devices": journal_on_disk},
+        }
+    with patch("homeassistant.components.http.ban.IpBanManager._add_ban"):  # no ip_bans.yaml in the repo
+        assert await async_setup_component(hass, "http", {"http": {"login_attempts_threshold": 5}})
+        config_entry.add_to_hass(hass)
+        assert await hass.config_entries.async_setup(config_entry.entry_id)
+        await hass.async_block_till_done()
+        yield config_entry
+
+
+@pytest.fixture
+async def hub_url(hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]) -> str:
+    hass.config_entries.async_update_entry(setup_integration, options={CONF_WEBSOCKET_URL: ws_url(client)})
+    await hass.async_block_till_done()
+    return ws_url(client)
+
+
+def firmware(client: TestClient[Any, Any], **kwargs: Any) -> SimulatedDevice:
+    options: dict[str, Any] = {"url": "", "mac": MAC, "client_id": CLIENT_ID, "hello_timeout": 5} | kwargs
+    return SimulatedDevice(SimulatorOptions(**options))
+
+
+def failed_logins(hass: HomeAssistant) -> int:
+    return sum(hass.http.app[KEY_FAILED_LOGIN_ATTEMPTS].values())
+
+
+def login_notifications(hass: HomeAssistant) -> list[str]:
+    from homeassistant.components import persistent_notification
+
+    return [n for n in persistent_notification._async_get_or_create_notifications(hass) if n == "http-login"]
+
+
+async def post_ota(client: TestClient[Any, Any], mac: str = MAC, client_id: str = STRANGER) -> dict[str, Any]:
+    resp = await client.post(OTA_PATH, json={}, headers=ota_headers(mac, client_id=client_id))
+    assert resp.status == 200
+    answer: dict[str, Any] = await resp.json()
+    return answer
+
+
+# -- who gets a token --------------------------------------------------------------------------
+
+
+async def test_a_paired_mac_alone_gets_no_token(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
+) -> None:
+    """The neighbour knows the MAC; it gets a code of its own and a card asks the user. Nothing else."""
+    for headers in (
+        ota_headers(MAC, client_id=STRANGER),
+        {k: v for k, v in ota_headers(MAC).items() if k != "Client-Id"},  # no identity at all
+    ):
+        resp = await client.post(OTA_PATH, json={"mac_address": MAC}, headers=headers)
+        answer = await resp.json()
+        assert "websocket" not in answer
+        assert TOKEN not in await resp.text()
+        assert set(answer["activation"]) == {"code", "message", "challenge", "timeout_ms"}
+    await hass.async_block_till_done()
+    (flow,) = hass.config_entries.flow.async_progress_by_handler(DOMAIN)
+    assert flow["step_id"] == "pair_again"
+    assert flow["context"]["title_placeholders"]["name"] == "Kitchen"
+    # The real device is unaffected: it proves itself, gets its token and connects.
+    device = firmware(client)
+    answer = await device.boot(ota_url(client), FAST)
+    assert answer["websocket"]["token"] == TOKEN
+    await device.connect()
+    xdev = setup_integration.runtime_data.devices[MAC]
+    await xdev.async_wait_ready(5)
+    await device.drop()
+
+
+async def test_pair_again_with_the_code_the_new_identity_heard(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
+) -> None:
+    """A reset device (new Client-Id): the user types its code on the card; it takes over with a new token."""
+    reset = firmware(client, client_id="after-factory-reset")
+    spoken: asyncio.Queue[str] = asyncio.Queue()
+    boot = asyncio.create_task(reset.boot(ota_url(client), FAST, on_code=lambda code, _m: spoken.put_nowait(code)))
+    code = await asyncio.wait_for(spoken.get(), 10)
+    # A stranger naming the same MAC meanwhile gets another code, which does not pair anything.
+    stranger_code = (await post_ota(client))["activation"]["code"]
+    assert stranger_code != code
+    await hass.async_block_till_done()
+    (flow,) = hass.config_entries.flow.async_progress_by_handler(DOMAIN)
+    result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "paired_again"
+    answer = await asyncio.wait_for(boot, 10)
+    sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
+    assert sub.data["client_id"] == "after-factory-reset"
+    assert answer["websocket"]["token"] == sub.data["token"] != TOKEN
+    assert sub.title == "Kitchen"  # the same device in Home Assistant: name, entities, history
+    assert "websocket" not in await post_ota(client)  # the stranger still gets nothing
+    assert "websocket" not in await post_ota(client, client_id=CLIENT_ID)  # nor the old identity
+    await reset.connect()
+    await wait_for(setup_integration.runtime_data.devices[MAC], lambda d: d.connection is not None)
+    await reset.drop()
+
+
+async def test_activation_v2_serial_number_is_part_of_the_identity(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
+) -> None:
+    device = firmware(client, mac=NEW_MAC, client_id="v2-board", serial_number="SN-A")
+    spoken: asyncio.Queue[str] = asyncio.Queue()
+    boot = asyncio.create_task(device.boot(ota_url(client), FAST, on_code=lambda code, _m: spoken.put_nowait(code)))
+    code = await asyncio.wait_for(spoken.get(), 10)
+    await hass.async_block_till_done()
+    (flow,) = hass.config_entries.flow.async_progress_by_handler(DOMAIN)
+    await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
+    assert "token" in (await asyncio.wait_for(boot, 10))["websocket"]
+    sub = next(s for s in setup_integration.subentries.values() if s.unique_id == NEW_MAC)
+    assert (sub.data["client_id"], sub.data["serial"]) == ("v2-board", "SN-A")
+    # The same Client-Id with another serial number, or none, proves nothing.
+    for serial in ("SN-B", None):
+        headers = ota_headers(NEW_MAC, client_id="v2-board")
+        if serial:
+            headers |= {"Activation-Version": "2", "Serial-Number": serial}
+        answer = await (await client.post(OTA_PATH, json={}, headers=headers)).json()
+        assert "websocket" not in answer
+
+
+async def test_client_added_by_mac_binds_its_identity_when_it_connects(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
+) -> None:
+    """py-xiaozhi added by MAC: once it has connected with its token, its OTA checks get that token."""
+    hub = setup_integration.runtime_data
+    hass.config_entries.async_add_subentry(setup_integration, _subentry(NEW_MAC, "manual-token"))
+    await hass.async_block_till_done()
+    # Before it has proven anything, its MAC alone gets no token.
+    assert "websocket" not in await post_ota(client, NEW_MAC, client_id="py-xiaozhi-uuid")
+    client_app = firmware(client, mac=NEW_MAC, client_id="py-xiaozhi-uuid", token="manual-token", flavor="py-xiaozhi")
+    client_app.options.url = ws_url(client)
+    await client_app.connect()
+    await wait_for(hub.devices[NEW_MAC], lambda d: d.identity.client_id == "py-xiaozhi-uuid")
+    answer = await post_ota(client, NEW_MAC, client_id="py-xiaozhi-uuid")
+    assert answer["websocket"]["token"] == "manual-token"  # the token the user configured stays
+    assert "websocket" not in await post_ota(client, NEW_MAC, client_id="someone-else")
+    await client_app.drop()
+
+
+async def test_client_added_by_mac_can_bind_with_its_code(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
+) -> None:
+    """py-xiaozhi asks the OTA URL first: its code on the card binds it, and its token stays the same."""
+    hass.config_entries.async_add_subentry(setup_integration, _subentry(NEW_MAC, "manual-token"))
+    await hass.async_block_till_done()
+    code = (await post_ota(client, NEW_MAC, client_id="py-xiaozhi-uuid"))["activation"]["code"]
+    await hass.async_block_till_done()
+    (flow,) = hass.config_entries.flow.async_progress_by_handler(DOMAIN)
+    result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
+    assert result["reason"] == "paired_again"
+    answer = await post_ota(client, NEW_MAC, client_id="py-xiaozhi-uuid")
+    assert answer["websocket"]["token"] == "manual-token"
+
+
+def _subentry(mac: str, token: str) -> ConfigSubentry:
+    """A client added by its MAC address ("Enter a MAC address"): no identity recorded."""
+    return ConfigSubentry(
+        data=MappingProxyType({"mac": mac, "token": token}), subentry_type="device", title="Desktop", unique_id=mac
+    )
+
+
+async def test_activate_tells_nobody_what_is_paired(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> None:
+    answers = []
+    for mac in (MAC, "aa:bb:cc:00:00:99"):
+        resp = await client.post(OTA_PATH + "activate", data="{}", headers=ota_headers(mac, client_id=STRANGER))
+        answers.append((resp.status, await resp.text()))
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 404
+    resp = await client.post(OTA_PATH + "activate", data="{}", headers=ota_headers(MAC))  # the device itself
+    assert (resp.status, await resp.json()) == (200, {"status": "activated"})
+
+
+# -- refused, but not as a guess -----------------------------------------------------------------
+
+
+async def regenerate(hass: HomeAssistant, entry: MockConfigEntry) -> str:
+    sub = next(s for s in entry.subentries.values() if s.unique_id == MAC)
+    result = await hass.config_entries.subentries.async_init(
+        (entry.entry_id, "device"), context={"source": "reconfigure", "subentry_id": sub.subentry_id}
+    )
+    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    token = placeholders_of(result)["token"]
+    await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    await hass.async_block_till_done()
+    return token
+
+
+async def test_previous_token_is_refused_but_never_banned(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
+) -> None:
+    new_token = await regenerate(hass, setup_integration)
+    for _ in range(10):  # a device woken ten times before anyone restarts it
+        resp = await client.get(WS_PATH, headers={"Authorization": f"Bearer {TOKEN}", "Device-Id": MAC})
+        assert resp.status == 401
+    assert failed_logins(hass) == 0
+    assert login_notifications(hass) == []
+    # Not banned: at its next boot it fetches the new token and connects.
+    device = firmware(client)
+    assert (await device.boot(ota_url(client), FAST))["websocket"]["token"] == new_token
+    await device.connect()
+    await wait_for(setup_integration.runtime_data.devices[MAC], lambda d: d.connection is not None)
+    await device.drop()
+
+
+async def test_deleted_device_is_refused_but_never_banned(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> None:
+    sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
+    hass.config_entries.async_remove_subentry(setup_integration, sub.subentry_id)
+    await hass.async_block_till_done()
+    for _ in range(10):
+        resp = await client.get(WS_PATH, headers={"Authorization": f"Bearer {TOKEN}", "Device-Id": MAC})
+        assert resp.status == 401
+    assert failed_logins(hass) == 0
+    assert login_notifications(hass) == []
+    assert "activation" in await post_ota(client, MAC, client_id=CLIENT_ID)  # it can pair again
+
+
+async def test_guesses_count_towards_the_ban(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> None:
+    for mac, token in ((MAC, "guess-1"), ("aa:bb:cc:00:00:99", "guess-2"), (MAC, "")):
+        resp = await client.get(WS_PATH, headers={"Authorization": f"Bearer {token}", "Device-Id": mac})
+        assert resp.status == 401
+    assert failed_logins(hass) == 3
+    assert login_notifications(hass) == ["http-login"]
+    for _ in range(2):
+        await client.get(WS_PATH, headers={"Authorization": "Bearer guess", "Device-Id": MAC})
+    resp = await client.post(OTA_PATH, json={}, headers=ota_headers(MAC))
+    assert resp.status == 403  # five guesses: HA banned the address
+
+
+async def test_no_token_reaches_the_ban_warning(
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A browser page with a typo in its device id: HA logs the URL it asked for, the token masked."""
+    caplog.set_level(logging.DEBUG)
+    resp = await client.get(WS_PATH, params={"device-id": "cc:ba:97:04:92:9x", "authorization": f"Bearer {TOKEN}"})
+    assert resp.status == 401
+    resp = await client.get(WS_PATH, params={"device-id": MAC, "token": TOKEN[:-1]})
+    assert resp.status == 401
+    # Home Assistant sets aiohttp's access log to WARNING; the test server's INFO lines are not HA's log.
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name != "aiohttp.access")
+    assert "Login attempt or request with invalid authentication" in text
+    assert "authorization=***" in text
+    assert TOKEN not in text
+    assert TOKEN[:-1] not in text
+
+
+async def test_accept_without_code_is_capped(
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    hass.config_entries.async_update_entry(setup_integration, options={"accept_without_code": True})
+    await hass.async_block_till_done()
+    answers = [await post_ota(client, f"02:00:00:00:00:{i:02x}", client_id=f"c{i}") for i in range(40)]
+    assert sum("websocket" in a for a in answers) == AUTO_PAIR_PER_HOUR
+    assert all("activation" in a for a in answers[AUTO_PAIR_PER_HOUR:])
+    assert len(setup_integration.runtime_data.devices) == 1 + AUTO_PAIR_PER_HOUR
+    assert caplog.text.count("new devices asked to join within an hour") == 1
+    # A paired MAC with another identity is never let in without a code, option or not.
+    assert "websocket" not in await post_ota(client, MAC)
+
+
+# -- pairing under a flood ---------------------------------------------------------------------
+
+
+@pytest.fixture
+async def neighbour(client: TestClient[Any, Any]) -> AsyncIterator[ClientSession]:
+    """Another address on the LAN (127.0.0.2)."""
+    async with ClientSession(connector=TCPConnector(local_addr=("127.0.0.2", 0))) as session:
+        yield session
+
+
+async def test_a_flood_does_not_push_out_the_device_being_paired(
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    hub_url: str,
+    neighbour: ClientSession,
+) -> None:
+    device = firmware(client, mac=NEW_MAC, client_id="real")
+    spoken: asyncio.Queue[str] = asyncio.Queue()
+    boot = asyncio.create_task(device.boot(ota_url(client), FAST, on_code=lambda code, _m: spoken.put_nowait(code)))
+    code = await asyncio.wait_for(spoken.get(), 10)
+    for i in range(300):
+        headers = ota_headers(f"02:00:00:{i // 65536:02x}:{i // 256 % 256:02x}:{i % 256:02x}", client_id=f"f{i}")
+        async with neighbour.post(ota_url(client), json={}, headers=headers) as resp:
+            assert resp.status == 200
+    await hass.async_block_till_done()
+    hub = setup_integration.runtime_data
+    assert len(hub.pairing) == 1 + MAX_PER_SOURCE
+    flows = hass.config_entries.flow.async_progress_by_handler(DOMAIN, match_context={"unique_id": NEW_MAC})
+    result = await hass.config_entries.flow.async_configure(flows[0]["flow_id"], {"code": code})
+    assert result["reason"] == "paired"
+    assert "token" in (await asyncio.wait_for(boot, 10))["websocket"]
+
+
+# -- durability ----------------------------------------------------------------------------------
+
+
+async def test_the_token_is_on_disk_before_it_leaves(
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    hub_url: str,
+    hass_storage: dict[str, Any],
+) -> None:
+    """Killed right after the OTA answer: the journal holds the token (HA's own save is still pending)."""
+    device = firmware(client, mac=NEW_MAC, client_id="fresh")
+    spoken: asyncio.Queue[str] = asyncio.Queue()
+    boot = asyncio.create_task(device.boot(ota_url(client), FAST, on_code=lambda code, _m: spoken.put_nowait(code)))
+    code = await asyncio.wait_for(spoken.get(), 10)
+    await hass.async_block_till_done()
+    (flow,) = hass.config_entries.flow.async_progress_by_handler(DOMAIN)
+    await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
+    token = (await asyncio.wait_for(boot, 10))["websocket"]["token"]
+    on_disk = hass_storage[f"{DOMAIN}.{setup_integration.entry_id}.identities"]["data"]["devices"]
+    assert on_disk[NEW_MAC]["token"] == token
+    assert on_disk[NEW_MAC]["client_id"] == "fresh"
+
+
+@pytest.fixture
+def config_entry() -> MockConfigEntry:
+    """The hub; its journal (set by tests) may know more than its subentries."""
+    return MockConfigEntry(
+        domain=DOMAIN,
+        title="Xiaozhi Local",
+        data={},
+        entry_id="hub",
+        subentries_data=[device_subentry(MAC, TOKEN, "Kitchen", CLIENT_ID)],
+    )
+
+
+@pytest.mark.parametrize(
+    "journal_on_disk",
+    [
+        {
+            NEW_MAC: {
+                "token": "tok-new",
+                "client_id": "fresh",
+                "serial": None,
+                "title": "Hall",
+                "previous": [],
+            },
+            MAC: {
+                "token": "tok-regenerated",
+                "client_id": CLIENT_ID,
+                "title": "Kitchen",
+                "previous": [token_hash(TOKEN)],
+            },
+        }
+    ],
+)
+async def test_restart_after_a_kill_restores_what_devices_were_given(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
+) -> None:
+    """HA was killed before it saved a pairing and a regenerated token: both devices still work."""
+    hub = setup_integration.runtime_data
+    assert set(hub.devices) == {MAC, NEW_MAC}
+    assert hub.devices[NEW_MAC].name == "Hall"
+    assert hub.devices[NEW_MAC].token == "tok-new"
+    assert hub.devices[MAC].token == "tok-regenerated"
+    for mac, token in ((NEW_MAC, "tok-new"), (MAC, "tok-regenerated")):
+        device = firmware(client, mac=mac, token=token, url=ws_url(client))
+        await device.connect()
+        await wait_for(hub.devices[mac], lambda d: d.connection is not None)
+        await device.drop()
+    resp = await client.get(WS_PATH, headers={"Authorization": f"Bearer {TOKEN}", "Device-Id": MAC})
+    assert resp.status == 401
+
+
+@pytest.mark.parametrize(
+    "journal_on_disk",
+    [
+        {MAC: {"token": None, "title": "Kitchen", "previous": [token_hash(TOKEN)]}},
+    ],
+)
+async def test_restart_after_a_kill_keeps_a_deleted_device_deleted(
+    hass: HomeAssistant, setup_integration: MockConfigEntry
+) -> None:
+    assert setup_integration.runtime_data.devices == {}
+    assert not any(s.unique_id == MAC for s in setup_integration.subentries.values())
+
+
+async def test_discovery_card_of_a_paired_mac_needs_a_waiting_identity(
+    hass: HomeAssistant, setup_integration: MockConfigEntry
+) -> None:
+    result = await hass.config_entries.flow.async_init(
+        DOMAIN, context={"source": SOURCE_INTEGRATION_DISCOVERY}, data={"mac": MAC, "board": ""}
+    )
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "not_pending"
