@@ -218,7 +218,7 @@ def main() -> int:
     failed = False
     if args.which in ("fuzz", "all"):
         result = asyncio.run(run_fuzz(args.frames, args.seed))
-        failed = bool(result["crashes"]) or bool(result["bad_replies"])
+        failed = any(bool(result[k]) for k in ("crashes", "bad_replies", "unstorable", "unsafe_tools_accepted"))
         reports.append(fuzz_report(result, machine(), time.strftime("%Y-%m-%d")))
     if args.which in ("load", "all"):
         reports.append(

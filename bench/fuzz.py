@@ -1,8 +1,12 @@
 """``python -m bench fuzz``: hostile frames through the protocol layer, counted and timed.
 
 Every frame of ``xiaozhi_sim.hostile`` (mutated valid frames, JSON of every shape, deep nesting,
-huge strings, broken JSON, binary frames with lying headers) goes through a ``DeviceSession`` as
-a connection feeds it. The run fails if anything but a clean refusal comes out.
+huge strings, broken JSON, binary frames with lying headers, and the attacks of a paired device in
+hostile hands: numbers beyond 64 bits or with thousands of digits, huge notifications, tool names
+with control characters) goes through a ``DeviceSession`` as a connection feeds it. The run fails
+if anything but a clean refusal comes out, if anything handed on could not be stored by Home
+Assistant (its JSON is orjson: 64-bit integers, no NaN), or if a tool name with a control,
+format or direction character is accepted.
 """
 
 import asyncio
@@ -12,7 +16,9 @@ import logging
 import time
 from typing import Any
 
-from custom_components.xiaozhi_local.protocol.mcp import McpError
+from homeassistant.helpers.json import json_bytes
+
+from custom_components.xiaozhi_local.protocol.mcp import McpError, parse_tool, safe_name
 from custom_components.xiaozhi_local.protocol.messages import ClientHello, ControlMessage
 from custom_components.xiaozhi_local.protocol.register import Registration
 from custom_components.xiaozhi_local.protocol.session import DeviceSession, OnceLogger
@@ -22,15 +28,25 @@ from xiaozhi_sim.hostile import Hostile
 class _Handler:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
+        self.unstorable = 0  # handed on, but Home Assistant's JSON could not store or send it
+
+    def _check(self, value: Any) -> None:
+        try:
+            json_bytes(value)
+        except TypeError, ValueError:
+            self.unstorable += 1
 
     def on_hello(self, hello: ClientHello) -> None:
         self.counts["hello"] += 1
+        self._check(hello.features)
 
     def on_notification(self, method: str, params: Any) -> None:
         self.counts["notification"] += 1
+        self._check(params)
 
     def on_control(self, message: ControlMessage) -> None:
         self.counts["control"] += 1
+        self._check(message.data)
 
     def on_audio(self, data: bytes) -> None:
         self.counts["audio"] += 1
@@ -71,6 +87,16 @@ async def run_fuzz(frames: int, seed: int) -> dict[str, Any]:
             crashes[type(err).__name__] += 1
     elapsed = time.perf_counter() - started
     session.close()
+    # Hostile tool lists: not one unsafe name may be accepted (it would reach entity ids and names).
+    tools_seen = unsafe_accepted = 0
+    for _ in range(max(1, frames // 100)):
+        for raw in hostile.tool_list(20):
+            tools_seen += 1
+            try:
+                tool = parse_tool(raw)
+            except ValueError:
+                continue
+            unsafe_accepted += not safe_name(tool.name) or any(not ch.isprintable() for ch in tool.name)
     bad_replies = 0
     for text in replies:
         try:
@@ -89,6 +115,9 @@ async def run_fuzz(frames: int, seed: int) -> dict[str, Any]:
         "handled": dict(handler.counts),
         "replies": len(replies),
         "bad_replies": bad_replies,
+        "unstorable": handler.unstorable,
+        "tools_seen": tools_seen,
+        "unsafe_tools_accepted": unsafe_accepted,
     }
 
 
@@ -108,6 +137,9 @@ def fuzz_report(result: dict[str, Any], machine: str, date: str) -> str:
             f"{result['frames'] / result['seconds']:,.0f} frames/s | ≥ 100 000 |",
             f"| Exceptions out of the session | {sum(result['crashes'].values())} {result['crashes'] or ''} | 0 |",
             f"| Replies that are not valid JSON-RPC / hello | {result['bad_replies']} of {result['replies']} | 0 |",
+            f"| Handed on but not storable by HA (2**64, 5000 digits, NaN) | {result['unstorable']} | 0 |",
+            f"| Unsafe tool names accepted (NUL, ESC, newline, RTL …) | {result['unsafe_tools_accepted']} of "
+            f"{result['tools_seen']:,} hostile tools | 0 |",
             f"| Refused cleanly, by kind (top 8) | {refused:,}: {kinds} | |",
             f"| Accepted and handed on | {handled} | |",
         ]

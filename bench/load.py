@@ -53,6 +53,11 @@ def mac_of(index: int) -> str:
     return f"02:00:00:{index >> 16 & 255:02x}:{index >> 8 & 255:02x}:{index & 255:02x}"
 
 
+def client_id_of(mac: str) -> str:
+    """The Client-Id the bench device ``mac`` paired with (a board keeps its own in flash)."""
+    return f"00000000-0000-4000-8000-{mac.replace(':', '')}"
+
+
 def prepare(config: Path, devices: list[tuple[str, str]], port: int) -> None:
     """A config dir like script/develop's, with ``devices`` paired and the probe installed."""
     spec = importlib.util.spec_from_file_location("dev_setup", ROOT / "script" / "dev_setup.py")
@@ -65,7 +70,7 @@ def prepare(config: Path, devices: list[tuple[str, str]], port: int) -> None:
     config.mkdir(parents=True)
     seed_entry(
         config,
-        [(mac, token, f"Bench {index}") for index, (mac, token) in enumerate(devices)],
+        [(mac, token, f"Bench {index}", client_id_of(mac)) for index, (mac, token) in enumerate(devices)],
         {"accept_without_code": False, "websocket_url": f"ws://127.0.0.1:{port}/api/xiaozhi_local/v1/"},
     )
     seed_probe_entry(config)
@@ -387,7 +392,14 @@ async def load(
     run = Run(port, workdir / "config")
     sims = [
         SimulatedDevice(
-            SimulatorOptions(url="", mac=mac, extra_tools=TOOLS - STOCK_TOOLS, hello_timeout=60, handshake_timeout=60)
+            SimulatorOptions(
+                url="",
+                mac=mac,
+                client_id=client_id_of(mac),
+                extra_tools=TOOLS - STOCK_TOOLS,
+                hello_timeout=60,
+                handshake_timeout=60,
+            )
         )
         for mac, _token in pairs
     ]

@@ -2,7 +2,8 @@
 
 Uses Home Assistant's own ConfigEntry class to write ``.storage/core.config_entries``, so the
 dev HA starts with the integration set up (no clicks beyond HA's onboarding). Idempotent: a
-second run keeps the existing entry and token. Prints ``MAC TOKEN`` of the simulated device.
+second run keeps the existing entry and token. Prints ``MAC TOKEN CLIENT_ID`` of the simulated
+device: the simulator boots with that Client-Id, the identity the device paired with.
 """
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 import secrets
 import sys
 from types import MappingProxyType
+from typing import Any
 
 from homeassistant.config_entries import (
     SOURCE_USER,
@@ -22,14 +24,20 @@ from homeassistant.config_entries import (
 
 DOMAIN = "xiaozhi_local"
 SIM_MAC = "cc:ba:97:04:92:94"
+SIM_CLIENT_ID = "5e1f0000-0000-4000-8000-00000000c0de"
 # On one machine the simulators reach HA on loopback, whatever address HA finds for itself.
 DEV_OPTIONS = {"accept_without_code": False, "websocket_url": "ws://127.0.0.1:8123/api/xiaozhi_local/v1/"}
 
 
-def seed_entry(config_dir: Path, devices: list[tuple[str, str, str]], options: dict[str, object]) -> dict[str, object]:
-    """The hub entry (created with ``devices`` as ``(mac, token, title)`` when missing); returns it as stored."""
+def seed_entry(
+    config_dir: Path, devices: list[tuple[str, str, str, str]], options: dict[str, object]
+) -> dict[str, object]:
+    """The hub entry (created with ``devices`` as ``(mac, token, title, client_id)`` when missing).
+
+    A device seeded by an earlier version without a Client-Id gets it. Returns the entry as stored.
+    """
     path = config_dir / ".storage" / STORAGE_KEY
-    store = (
+    store: dict[str, Any] = (
         json.loads(path.read_text())
         if path.exists()
         else {
@@ -51,9 +59,12 @@ def seed_entry(config_dir: Path, devices: list[tuple[str, str, str]], options: d
             source=SOURCE_USER,
             subentries_data=[
                 ConfigSubentryData(
-                    data={"mac": mac, "token": token}, subentry_type="device", title=title, unique_id=mac
+                    data={"mac": mac, "token": token, "client_id": client_id},
+                    subentry_type="device",
+                    title=title,
+                    unique_id=mac,
                 )
-                for mac, token, title in devices
+                for mac, token, title, client_id in devices
             ],
             title="Xiaozhi Local",
             unique_id=None,
@@ -61,6 +72,13 @@ def seed_entry(config_dir: Path, devices: list[tuple[str, str, str]], options: d
         )
         hub = json.loads(json.dumps(entry.as_dict(), default=str))
         entries.append(hub)
+    changed = False
+    for sub in hub.get("subentries", []):
+        wanted = next((d for d in devices if d[0] == sub["data"].get("mac")), None)
+        if wanted is not None and not sub["data"].get("client_id"):
+            sub["data"]["client_id"] = wanted[3]
+            changed = True
+    if changed or not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(store, indent=2))
     stored: dict[str, object] = hub
@@ -69,7 +87,9 @@ def seed_entry(config_dir: Path, devices: list[tuple[str, str, str]], options: d
 
 def main(config_dir: Path) -> None:
     """Seed the entry if missing and print the simulated device's MAC and token."""
-    hub = seed_entry(config_dir, [(SIM_MAC, secrets.token_urlsafe(32), "Simulated xiaozhi")], DEV_OPTIONS)
+    hub = seed_entry(
+        config_dir, [(SIM_MAC, secrets.token_urlsafe(32), "Simulated xiaozhi", SIM_CLIENT_ID)], DEV_OPTIONS
+    )
     subentries = hub.get("subentries", [])
     assert isinstance(subentries, list)
     device = next((s for s in subentries if s["data"].get("mac") == SIM_MAC), None)
@@ -77,7 +97,7 @@ def main(config_dir: Path) -> None:
         sys.exit(
             f"The existing Xiaozhi Local entry has no device {SIM_MAC}; add it in the UI or remove config/.storage"
         )
-    print(SIM_MAC, device["data"]["token"])
+    print(SIM_MAC, device["data"]["token"], device["data"].get("client_id", SIM_CLIENT_ID))
 
 
 if __name__ == "__main__":

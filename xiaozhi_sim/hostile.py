@@ -4,6 +4,10 @@ Deterministic for a seed, with no test framework, so the test suite (a fixed sli
 benchmark (100 000+ frames) send the same kind of input. Frames are valid ones bent out of
 shape (fields of the wrong type, missing, extra), JSON of every shape, deep nesting, huge
 strings, broken JSON, and binary frames whose headers lie about their size.
+
+``attack_frame`` adds what a paired device in hostile hands sends on purpose: numbers beyond
+64 bits or with thousands of digits (also as strings), ``NaN``/``Infinity``, notifications with
+huge params, and tool lists whose names carry control, format and direction characters.
 """
 
 from collections.abc import Iterator
@@ -48,6 +52,9 @@ VALID_FRAMES: tuple[dict[str, Any], ...] = (
     {"jsonrpc": "2.0", "id": "tool-call-1", "result": {"status": "success"}},
     {"jsonrpc": "2.0", "method": "tools/call", "id": 9, "params": {"name": "x"}},
 )
+
+
+NASTY_NAME_PARTS = ("\x00", "\x1b[31m", "\n", "\r", "\t", "\u202e", "\u200b", "\u2028", "\ufeff", " ", "\u00a0")
 
 
 class Hostile:
@@ -128,9 +135,61 @@ class Hostile:
         if roll < 0.9:
             depth = rng.randrange(100, 50_000)
             return "[" * depth + "]" * depth if rng.random() < 0.5 else '{"a":' * depth + "1" + "}" * depth
-        if roll < 0.95:
+        if roll < 0.93:
             return self.string()
+        if roll < 0.96:
+            return self.attack_frame()
         return '{"type":"mcp","payload":' + json.dumps(self.value()) + "}"
+
+    def big_number(self) -> str:
+        """A JSON number literal no 64-bit store takes: 2**64, thousands of digits, out of float range."""
+        rng = self.rng
+        return rng.choice(
+            (
+                str(2**64),
+                "-" + str(2**70),
+                "9" * rng.randrange(4000, 6000),
+                "1e999",
+                "-1e999",
+                "NaN",
+                "Infinity",
+                "0." + "1" * 5000,
+            )
+        )
+
+    def nasty_name(self) -> str:
+        """A tool or code name with control, format, direction or odd space characters in it."""
+        rng = self.rng
+        parts = [rng.choice(("self.", "tv_", "x", "灯")) for _ in range(rng.randrange(1, 4))]
+        parts.insert(rng.randrange(len(parts) + 1), rng.choice(NASTY_NAME_PARTS))
+        return "".join(parts)
+
+    def tool_list(self, count: int) -> list[dict[str, Any]]:
+        """A ``tools/list`` page as a hostile device answers it: some names fine, many not."""
+        rng = self.rng
+        return [
+            {
+                "name": self.nasty_name() if rng.random() < 0.7 else f"self.ok_{i}",
+                "description": self.string(),
+                "inputSchema": {"type": "object", "properties": {}},
+            }
+            for i in range(count)
+        ]
+
+    def attack_frame(self) -> str:
+        """One frame a paired device sends on purpose to hurt Home Assistant."""
+        rng = self.rng
+        number = self.big_number()
+        roll = rng.random()
+        if roll < 0.3:
+            return f'{{"type":"hello","version":"{"9" * 5000}","audio_params":{{"sample_rate":{number}}}}}'
+        if roll < 0.6:
+            params = f'{{"n":{number},"blob":"{"x" * rng.randrange(1000, 30_000)}"}}'
+            return f'{{"type":"mcp","payload":{{"jsonrpc":"2.0","method":"notifications/message","params":{params}}}}}'
+        if roll < 0.8:
+            return '{"type":"listen","state":"detect","text":' + json.dumps(self.nasty_name()) + f',"n":{number}}}'
+        page = {"tools": self.tool_list(rng.randrange(1, 20))}
+        return json.dumps({"type": "mcp", "payload": {"jsonrpc": "2.0", "id": rng.randrange(1, 40), "result": page}})
 
     def binary_frame(self) -> bytes:
         """One binary frame."""

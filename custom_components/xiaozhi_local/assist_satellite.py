@@ -163,7 +163,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         self._tts_task: asyncio.Task[None] | None = None
         self._continue = False
         self._run_connection: DeviceConnection | None = None
-        self._deferred_detect: tuple[str, CALLBACK_TYPE] | None = None
+        self._deferred_detect: tuple[str, CALLBACK_TYPE, DeviceConnection] | None = None
         self._reply_role: str | None = None  # role of the chat log message being streamed
         self._reply_streamed = False  # chunks of this run's reply went out as mcp/ai/message
 
@@ -277,15 +277,20 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             self._deferred_detect = None
             self._start_text_run(connection, text)
 
-        self._deferred_detect = (text, async_call_later(self.hass, WAKE_WORD_FOLLOW_UP, typed))
+        self._deferred_detect = (text, async_call_later(self.hass, WAKE_WORD_FOLLOW_UP, typed), connection)
 
     def _cancel_deferred_detect(self) -> str | None:
         if self._deferred_detect is None:
             return None
-        text, cancel = self._deferred_detect
+        text, cancel, _connection = self._deferred_detect
         self._deferred_detect = None
         cancel()
         return text
+
+    def on_disconnect(self, connection: DeviceConnection) -> None:
+        """The connection ended: typed text it sent is not answered on another one."""
+        if self._deferred_detect is not None and self._deferred_detect[2] is connection:
+            self._cancel_deferred_detect()
 
     def _start_turn(self, connection: DeviceConnection, mode: str) -> None:
         if (custom_wake_word := self._cancel_deferred_detect()) is not None:

@@ -115,6 +115,8 @@ class DeviceConnection:
             self._discovery.cancel()  # also a settings/status round still running
         self.discovered.set()  # nobody waits forever on a gone connection
         self.settled.set()
+        if (voice := self.device.voice) is not None:
+            voice.on_disconnect(self)
         if self.device.connection is self:
             _LOGGER.info("Device %s disconnected", self.device.mac)
         self.device.async_detach(self)

@@ -68,6 +68,9 @@ class VoiceHandler(Protocol):
     def on_audio(self, connection: DeviceConnection, packet: bytes) -> None:
         """One uplink Opus packet."""
 
+    def on_disconnect(self, connection: DeviceConnection) -> None:
+        """The connection ended."""
+
 
 REPORT_SAVE_DELAY = 10.0
 """Seconds before what the device reported is saved (many reports make one write)."""
