@@ -1,13 +1,16 @@
 import json
+from typing import Any
 
 import pytest
 
+from custom_components.xiaozhi_local.protocol.mcp import safe_name
 from custom_components.xiaozhi_local.protocol.messages import (
     AudioParams,
     ClientHello,
     ControlMessage,
     FrameError,
     McpEnvelope,
+    loads,
     normalize_mac,
     parse_client_frame,
     server_hello,
@@ -139,3 +142,52 @@ def test_server_hello_always_has_transport() -> None:
 )
 def test_normalize_mac(raw: str, mac: str | None) -> None:
     assert normalize_mac(raw) == mac
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("18446744073709551616", float(2**64)),  # 2**64: beyond what orjson stores as an integer
+        (str(2**63 - 1), 2**63 - 1),
+        (str(-(2**63)), -(2**63)),
+        ("9" * 5000, None),  # beyond float range; int() would raise past 4300 digits
+        ("1e999", None),
+        ("NaN", None),
+        ("-Infinity", None),
+        ("0." + "1" * 5000, 0.1111111111111111),
+        ('{"a": [1, 2.5, 1e400]}', {"a": [1, 2.5, None]}),
+    ],
+)
+def test_loads_bounds_every_number(text: str, expected: Any) -> None:
+    assert loads(text) == expected
+
+
+def test_hello_with_odd_numbers_takes_defaults() -> None:
+    hello = parse_client_frame(
+        '{"type":"hello","version":"' + "9" * 5000 + '","audio_params":{"sample_rate":"１６０００","channels":1e999}}'
+    )
+    assert isinstance(hello, ClientHello)
+    assert hello.version == 1
+    assert hello.audio_params.sample_rate == 16000
+    assert hello.audio_params.channels == 1
+    assert len(hello.problems) == 3
+    assert all(len(problem) < 80 for problem in hello.problems)
+
+
+@pytest.mark.parametrize(
+    ("name", "safe"),
+    [
+        ("self.audio_speaker.set_volume", True),
+        ("开灯", True),
+        ("tv power", True),
+        ("nul\x00", False),
+        ("esc\x1b[31m", False),
+        ("new\nline", False),
+        ("rtl\u202eexe", False),
+        ("zero\u200bwidth", False),
+        ("nbsp\u00a0", False),
+        (" padded", False),
+    ],
+)
+def test_safe_name(name: str, safe: bool) -> None:
+    assert safe_name(name) is safe
