@@ -17,7 +17,7 @@ from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
 from custom_components.xiaozhi_local.const import OTA_PATH
 
-from .conftest import MAC, MAC2, TOKEN, TOKEN2
+from .conftest import CLIENT_ID, CLIENT_ID2, MAC, MAC2, TOKEN, TOKEN2
 from .test_vision import camera
 
 STRANGER = "cc:ba:97:04:92:a0"
@@ -42,7 +42,8 @@ async def test_diagnostics_without_secrets(
     code = (await resp.json())["activation"]["code"]  # a stranger waits with a code
     hub_diag: Any = await get_diagnostics_for_config_entry(hass, hass_client, setup_integration)
     text = json.dumps(hub_diag)
-    for secret in (TOKEN, TOKEN2, sim.mcp.vision_token, code):
+    # A device's Client-Id proves who it is (the OTA answer hands the token to it): a secret too.
+    for secret in (TOKEN, TOKEN2, sim.mcp.vision_token, code, CLIENT_ID, CLIENT_ID2, sim.options.client_id):
         assert secret
         assert secret not in text
     assert hub_diag["pending_pairings"] == 1
@@ -52,6 +53,8 @@ async def test_diagnostics_without_secrets(
     assert kitchen["connection"]["dialect"] == "mcp"
     assert kitchen["connection"]["hello"]["audio_params"]["frame_duration"] == 60
     assert kitchen["problems"]["not_json"] == 1
+    assert kitchen["identity"] == {"has_client_id": True, "has_serial": False}
+    assert kitchen["dropped_notifications"] == 0
     assert "self.camera.take_photo" in {tool["name"] for tool in kitchen["tools"]}
     assert kitchen["last_values"]["self.get_device_status"]["network"]["ssid"] == "**REDACTED**"
     desk = next(d for d in hub_diag["devices"] if d["mac"] == MAC2)

@@ -1,7 +1,8 @@
 """Diagnostics for the hub and each device: what a bug report needs, with secrets redacted.
 
-Tokens, pairing codes and challenges never appear: they are left out, and whatever a device
-reported is passed through ``async_redact_data`` as well.
+Tokens, pairing codes, challenges and a device's identity (its ``Client-Id`` and serial
+number, which prove it is the paired device) never appear: they are left out, and whatever a
+device reported is passed through ``async_redact_data`` as well.
 """
 
 from dataclasses import asdict
@@ -11,12 +12,25 @@ from homeassistant.components.diagnostics import async_redact_data
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import device_registry as dr
 
-from .const import CONF_TOKEN, DOMAIN
+from .const import CONF_CLIENT_ID, CONF_SERIAL, CONF_TOKEN, DOMAIN
 from .device import XiaozhiDevice
 from .hub import XiaozhiConfigEntry
 from .urls import ota_url
 
-TO_REDACT = {CONF_TOKEN, "code", "challenge", "access_token", "authorization", "password", "ssid", "uuid"}
+TO_REDACT = {
+    CONF_TOKEN,
+    CONF_CLIENT_ID,
+    CONF_SERIAL,
+    "code",
+    "challenge",
+    "access_token",
+    "authorization",
+    "password",
+    "ssid",
+    "uuid",
+    "serial_number",
+    "hmac",
+}
 
 
 def _device(device: XiaozhiDevice) -> dict[str, Any]:
@@ -29,7 +43,12 @@ def _device(device: XiaozhiDevice) -> dict[str, Any]:
         "connected": connection is not None,
         "last_seen": device.last_seen.isoformat() if device.last_seen else None,
         "server_info": {"name": device.server_info.name, "version": device.server_info.version},
+        "identity": {
+            "has_client_id": device.identity.client_id is not None,
+            "has_serial": device.identity.serial is not None,
+        },
         "problems": dict(device.log.counts),
+        "dropped_notifications": device.dropped_notifications,
         "tools": [tool.as_dict() for tool in device.tools.values()],
         "last_values": device.queries,
         "pending_settings": {key: setting.get("value") for key, setting in device.pending.items()},
@@ -72,6 +91,7 @@ async def async_get_config_entry_diagnostics(hass: HomeAssistant, entry: Xiaozhi
         "websocket_url": hub.websocket_url(),
         "ota_url": ota_url(hass),
         "pending_pairings": len(hub.pairing),
+        "pending_pairings_of_paired_macs": sum(bool(hub.pairing.for_mac(mac)) for mac in hub.devices),
         "open_connections": len(hub.connections),
         "devices": [_device(device) for device in hub.devices.values()],
     }
