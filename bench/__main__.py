@@ -28,6 +28,7 @@ import wave
 
 from custom_components.xiaozhi_local.protocol.audio import OpusDecoder, OpusEncoder, Pacer
 
+from .crash import crash
 from .fuzz import fuzz_report, run_fuzz
 from .load import load, pct
 
@@ -181,7 +182,7 @@ async def audio(args: argparse.Namespace) -> str:
 HEADER = (
     "# Benchmarks\n\nFigures from one run of one command, so they can be compared next time. "
     "They are not part of the test run.\n\n"
-    "Reproduce: `script/bootstrap && .venv/bin/python -m bench all` (or one of `audio`, `fuzz`, `load`).\n"
+    "Reproduce: `script/bootstrap && .venv/bin/python -m bench all` (or one of `audio`, `fuzz`, `load`, `crash`).\n"
 )
 
 
@@ -200,7 +201,8 @@ def write_sections(reports: list[str]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("which", choices=["audio", "fuzz", "load", "all"])
+    parser.add_argument("which", choices=["audio", "fuzz", "load", "crash", "all"])
+    parser.add_argument("--trials", type=int, default=5, help="kill -9 trials for crash")
     parser.add_argument("--devices", type=int, default=1000, help="simulated devices for load")
     parser.add_argument("--concurrency", type=int, default=100, help="devices booting at once in the ramp")
     parser.add_argument("--hold", type=float, default=20.0, help="seconds to hold all devices connected")
@@ -234,6 +236,10 @@ def main() -> int:
                 )
             )
         )
+    if args.which in ("crash", "all"):
+        report, intact = asyncio.run(crash(args.trials, args.port, args.seed))
+        failed = failed or not intact
+        reports.append(report)
     if args.which in ("audio", "all"):
         reports.append(asyncio.run(audio(args)))
     for report in reports:

@@ -58,7 +58,7 @@ def client_id_of(mac: str) -> str:
     return f"00000000-0000-4000-8000-{mac.replace(':', '')}"
 
 
-def prepare(config: Path, devices: list[tuple[str, str]], port: int) -> None:
+def prepare(config: Path, devices: list[tuple[str, str]], port: int, *, accept_without_code: bool = False) -> None:
     """A config dir like script/develop's, with ``devices`` paired and the probe installed."""
     spec = importlib.util.spec_from_file_location("dev_setup", ROOT / "script" / "dev_setup.py")
     assert spec is not None
@@ -71,7 +71,7 @@ def prepare(config: Path, devices: list[tuple[str, str]], port: int) -> None:
     seed_entry(
         config,
         [(mac, token, f"Bench {index}", client_id_of(mac)) for index, (mac, token) in enumerate(devices)],
-        {"accept_without_code": False, "websocket_url": f"ws://127.0.0.1:{port}/api/xiaozhi_local/v1/"},
+        {"accept_without_code": accept_without_code, "websocket_url": f"ws://127.0.0.1:{port}/api/xiaozhi_local/v1/"},
     )
     seed_probe_entry(config)
     (config / "configuration.yaml").write_text(
@@ -127,6 +127,8 @@ class Run:
             return data
 
     async def start(self) -> None:
+        if self.http is not None:  # a restart
+            await self.http.close()
         log = (self.config.parent / "ha.log").open("w")
         self.process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "homeassistant", "--config", str(self.config), "--skip-pip",

@@ -450,3 +450,33 @@ async def test_discovery_card_of_a_paired_mac_needs_a_waiting_identity(
     )
     assert result["type"] is FlowResultType.ABORT
     assert result["reason"] == "not_pending"
+
+
+async def test_an_expired_camera_token_is_not_a_guess(
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from custom_components.xiaozhi_local.const import VISION_PATH, VISION_TOKEN_TTL
+    from xiaozhi_sim.camera import BOUNDARY, TINY_JPEG
+
+    from .test_vision import camera, multipart
+
+    sim = await camera(hass, setup_integration, client)
+    token = sim.mcp.vision_token
+    later = hass.loop.time() + VISION_TOKEN_TTL + 1
+    monkeypatch.setattr(hass.loop, "time", lambda: later)
+    for bearer, counted in ((token, 0), ("a guess", 1)):
+        resp = await client.post(
+            VISION_PATH,
+            data=multipart(b"what is it?", TINY_JPEG),
+            headers={
+                "Authorization": f"Bearer {bearer}",
+                "Device-Id": MAC,
+                "Content-Type": f"multipart/form-data; boundary={BOUNDARY}",
+            },
+        )
+        assert resp.status == 401
+        assert failed_logins(hass) == counted
+    await sim.drop()

@@ -156,12 +156,14 @@ class XiaozhiDevice:
         return token
 
     @callback
-    def async_check_vision_token(self, token: str) -> bool:
-        """Constant-time check of an upload's token, and that it has not expired."""
+    def async_check_vision_token(self, token: str) -> bool | None:
+        """Constant-time check of an upload's token: True valid, None this device's but expired, False."""
         if self._vision_token is None:
             return False
         expected, expires = self._vision_token
-        return hmac.compare_digest(expected.encode(), token.encode()) and self.hass.loop.time() < expires
+        if not hmac.compare_digest(expected.encode(), token.encode()):
+            return False
+        return True if self.hass.loop.time() < expires else None
 
     @callback
     def async_set_photo(self, jpeg: bytes) -> None:

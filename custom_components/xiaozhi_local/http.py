@@ -102,13 +102,15 @@ async def async_refuse(request: web.Request, why: Refused, mac: str | None) -> w
     """
     if why is Refused.EARLIER:
         _LOGGER.info(
-            "Refused device %s: it presents a token it had before it was regenerated or the device was "
-            "deleted; restart the device to fetch its current settings",
+            "Refused device %s at %s: its token is no longer valid (regenerated, deleted or expired); "
+            "restart the device to fetch its current settings",
             mac,
+            request.path,
         )
         return _unauthorized()
     _LOGGER.warning(
-        "Refused a device connection from %s: %s",
+        "Refused a device request to %s from %s: %s",
+        request.path,
         request.remote,
         "no valid Device-Id" if mac is None else f"unknown device or wrong token for {mac}",
     )

@@ -11,7 +11,6 @@ import logging
 from typing import Any
 
 from aiohttp import BodyPartReader, web
-from aiohttp.web_exceptions import HTTPUnauthorized
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import entity_registry as er
@@ -19,8 +18,8 @@ from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 
 from .const import CONF_AI_TASK_ENTITY, DOMAIN, MAX_PHOTO, VISION_ANSWER_TIMEOUT, VISION_PATH
 from .device import XiaozhiDevice
-from .http import bearer_token
-from .hub import async_get_hub
+from .http import async_refuse, bearer_token
+from .hub import Refused, async_get_hub
 from .protocol.messages import normalize_mac
 
 _LOGGER = logging.getLogger(__name__)
@@ -122,9 +121,11 @@ class XiaozhiVisionView(HomeAssistantView):
         mac = normalize_mac(request.headers.get("Device-Id", ""))
         device = hub.devices.get(mac) if mac else None
         token = bearer_token(request.headers.get("Authorization"))
-        if device is None or not token or not device.async_check_vision_token(token):
-            _LOGGER.warning("Refused a camera upload from %s for %s", request.remote, mac)
-            raise HTTPUnauthorized
+        valid = device.async_check_vision_token(token) if device is not None and token else False
+        if not valid:
+            # Its own token, expired: the device is no guesser (and must not get banned).
+            return await async_refuse(request, Refused.EARLIER if valid is None else Refused.GUESS, mac)
+        assert device is not None
         try:
             question, photo = await read_upload(request)
         except PhotoError as err:
