@@ -63,7 +63,8 @@ async def test_whole_journey(
     code = await asyncio.wait_for(spoken.get(), 10)
     assert device.ota is not None
     assert device.ota.log.shown[0] == (f"Enter {code} in Home Assistant", code)
-    assert "websocket" not in device.ota.log.responses[0]
+    # Every answer names the URL (xiaozhi-sdk reads it from any answer); the token comes once paired.
+    assert device.ota.log.responses[0]["websocket"] == {"url": hub_url, "token": "", "version": 1}
     await hass.async_block_till_done()
     # The discovered-device card, at once.
     flows = hass.config_entries.flow.async_progress_by_handler(DOMAIN)
@@ -224,7 +225,8 @@ async def test_odd_but_acceptable_bodies(hass: HomeAssistant, client: TestClient
     resp = await client.post(OTA_PATH, data=body, headers=headers)
     assert resp.status == 200
     answer = await resp.json()
-    assert set(answer) == {"server_time", "activation"}
+    assert set(answer) == {"server_time", "websocket", "activation"}
+    assert answer["websocket"]["token"] == ""
     assert set(answer["activation"]) == {"code", "message", "challenge", "timeout_ms"}
 
 
@@ -323,7 +325,7 @@ async def test_removed_device_is_refused_and_can_pair_again(
     resp = await client.post(OTA_PATH, json={}, headers=ota_headers(MAC))
     answer = await resp.json()
     assert "activation" in answer
-    assert "websocket" not in answer
+    assert answer["websocket"]["token"] == ""
 
 
 async def test_firmware_gives_up_after_failed_checks(hass: HomeAssistant, client: TestClient[Any, Any]) -> None:

@@ -90,6 +90,12 @@ async def post_ota(client: TestClient[Any, Any], mac: str = MAC, client_id: str 
     return answer
 
 
+def token_of(answer: dict[str, Any]) -> str:
+    """The token in an OTA answer, as xiaozhi-sdk reads it (``answer["websocket"]["token"]``)."""
+    token: str = answer["websocket"]["token"]
+    return token
+
+
 # -- who gets a token --------------------------------------------------------------------------
 
 
@@ -103,7 +109,7 @@ async def test_a_paired_mac_alone_gets_no_token(
     ):
         resp = await client.post(OTA_PATH, json={"mac_address": MAC}, headers=headers)
         answer = await resp.json()
-        assert "websocket" not in answer
+        assert token_of(answer) == ""
         assert TOKEN not in await resp.text()
         assert set(answer["activation"]) == {"code", "message", "challenge", "timeout_ms"}
     await hass.async_block_till_done()
@@ -141,8 +147,8 @@ async def test_pair_again_with_the_code_the_new_identity_heard(
     assert sub.data["client_id"] == "after-factory-reset"
     assert answer["websocket"]["token"] == sub.data["token"] != TOKEN
     assert sub.title == "Kitchen"  # the same device in Home Assistant: name, entities, history
-    assert "websocket" not in await post_ota(client)  # the stranger still gets nothing
-    assert "websocket" not in await post_ota(client, client_id=CLIENT_ID)  # nor the old identity
+    assert token_of(await post_ota(client)) == ""  # the stranger still gets nothing
+    assert token_of(await post_ota(client, client_id=CLIENT_ID)) == ""  # nor the old identity
     await reset.connect()
     await wait_for(setup_integration.runtime_data.devices[MAC], lambda d: d.connection is not None)
     await reset.drop()
@@ -167,7 +173,7 @@ async def test_activation_v2_serial_number_is_part_of_the_identity(
         if serial:
             headers |= {"Activation-Version": "2", "Serial-Number": serial}
         answer = await (await client.post(OTA_PATH, json={}, headers=headers)).json()
-        assert "websocket" not in answer
+        assert token_of(answer) == ""
 
 
 async def test_client_added_by_mac_binds_its_identity_when_it_connects(
@@ -178,14 +184,14 @@ async def test_client_added_by_mac_binds_its_identity_when_it_connects(
     hass.config_entries.async_add_subentry(setup_integration, _subentry(NEW_MAC, "manual-token"))
     await hass.async_block_till_done()
     # Before it has proven anything, its MAC alone gets no token.
-    assert "websocket" not in await post_ota(client, NEW_MAC, client_id="py-xiaozhi-uuid")
+    assert token_of(await post_ota(client, NEW_MAC, client_id="py-xiaozhi-uuid")) == ""
     client_app = firmware(client, mac=NEW_MAC, client_id="py-xiaozhi-uuid", token="manual-token", flavor="py-xiaozhi")
     client_app.options.url = ws_url(client)
     await client_app.connect()
     await wait_for(hub.devices[NEW_MAC], lambda d: d.identity.client_id == "py-xiaozhi-uuid")
     answer = await post_ota(client, NEW_MAC, client_id="py-xiaozhi-uuid")
     assert answer["websocket"]["token"] == "manual-token"  # the token the user configured stays
-    assert "websocket" not in await post_ota(client, NEW_MAC, client_id="someone-else")
+    assert token_of(await post_ota(client, NEW_MAC, client_id="someone-else")) == ""
     await client_app.drop()
 
 
@@ -273,7 +279,12 @@ async def test_deleted_device_is_refused_but_never_banned(
 async def test_guesses_count_towards_the_ban(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
 ) -> None:
-    for mac, token in ((MAC, "guess-1"), ("aa:bb:cc:00:00:99", "guess-2"), (MAC, "")):
+    # No token at all guesses nothing (xiaozhi-sdk connects so while it pairs): refused, not counted.
+    for mac in (MAC, "aa:bb:cc:00:00:99"):
+        resp = await client.get(WS_PATH, headers={"Device-Id": mac})
+        assert resp.status == 401
+    assert failed_logins(hass) == 0
+    for mac, token in ((MAC, "guess-1"), ("aa:bb:cc:00:00:99", "guess-2"), (MAC, "guess-3")):
         resp = await client.get(WS_PATH, headers={"Authorization": f"Bearer {token}", "Device-Id": mac})
         assert resp.status == 401
     assert failed_logins(hass) == 3
@@ -313,12 +324,12 @@ async def test_accept_without_code_is_capped(
     hass.config_entries.async_update_entry(setup_integration, options={"accept_without_code": True})
     await hass.async_block_till_done()
     answers = [await post_ota(client, f"02:00:00:00:00:{i:02x}", client_id=f"c{i}") for i in range(40)]
-    assert sum("websocket" in a for a in answers) == AUTO_PAIR_PER_HOUR
+    assert sum(bool(token_of(a)) for a in answers) == AUTO_PAIR_PER_HOUR
     assert all("activation" in a for a in answers[AUTO_PAIR_PER_HOUR:])
     assert len(setup_integration.runtime_data.devices) == 1 + AUTO_PAIR_PER_HOUR
     assert caplog.text.count("new devices asked to join within an hour") == 1
     # A paired MAC with another identity is never let in without a code, option or not.
-    assert "websocket" not in await post_ota(client, MAC)
+    assert token_of(await post_ota(client, MAC)) == ""
 
 
 # -- pairing under a flood ---------------------------------------------------------------------

@@ -93,13 +93,16 @@ def _unauthorized() -> web.Response:
 
 
 async def async_refuse(request: web.Request, why: Refused, mac: str | None) -> web.Response:
-    """Refuse a device request; only a guess counts towards Home Assistant's IP ban.
+    """Refuse a device request; only a guess counts towards Home Assistant's IP ban (no token is none).
 
     A device presenting a token it really had (before "Regenerate token", or before it was
     deleted) is the user's own device: it is refused, but raises no "Login attempt failed" and is
     never banned, so it can still fetch its new token at its next boot. A guess goes to HA's ban
     logic with its secrets masked, since HA logs the requested URL.
     """
+    if why is Refused.NO_TOKEN:
+        _LOGGER.info("Refused device %s at %s: it sent no token (pair it first)", mac, request.path)
+        return _unauthorized()
     if why is Refused.EARLIER:
         _LOGGER.info(
             "Refused device %s at %s: its token is no longer valid (regenerated, deleted or expired); "

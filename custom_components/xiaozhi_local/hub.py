@@ -48,6 +48,8 @@ class Refused(StrEnum):
     """An unknown device, or a token that was never this device's: counts towards HA's IP ban."""
     EARLIER = "earlier_token"
     """A token this device had before the user regenerated it or deleted the device: not a guess."""
+    NO_TOKEN = "no_token"
+    """No token at all: nothing was guessed (a client not paired yet, as xiaozhi-sdk while it pairs)."""
 
 
 class XiaozhiHub:
@@ -309,7 +311,10 @@ class XiaozhiHub:
         device = self.devices.get(mac)
         expected = device.token if device is not None else _DUMMY_TOKEN
         matches = hmac.compare_digest(expected.encode(), token.encode())
-        refusal = Refused.EARLIER if self.identities.was_issued(mac, token) else Refused.GUESS
+        if not token:
+            refusal = Refused.NO_TOKEN
+        else:
+            refusal = Refused.EARLIER if self.identities.was_issued(mac, token) else Refused.GUESS
         if device is None:
             return refusal
         if not matches or not token:

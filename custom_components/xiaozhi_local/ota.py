@@ -92,7 +92,7 @@ class XiaozhiOtaView(HomeAssistantView):
         return web.json_response({"status": "ok", "service": "Xiaozhi Local OTA"})
 
     async def post(self, request: web.Request) -> web.Response:
-        """Configuration for a paired device; an activation code for an unknown one."""
+        """Configuration for a paired device; an activation code (and no token) for anyone else."""
         found = await _hub_and_mac(request)
         if isinstance(found, web.Response):
             return found
@@ -112,6 +112,9 @@ class XiaozhiOtaView(HomeAssistantView):
         return web.json_response(
             {
                 "server_time": server_time(hass),
+                # Every answer has the URL: xiaozhi-sdk reads websocket.url and .token from any answer.
+                # No token yet: "" (the firmware then sends no Authorization header).
+                "websocket": {"url": hub.websocket_url(), "token": "", "version": 1},
                 "activation": {
                     "code": pending.code,
                     "message": activation_message(pending.code, report.language),
