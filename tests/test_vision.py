@@ -193,3 +193,32 @@ async def test_upload_auth(
     )
     assert resp.status == 401
     await sim.drop()
+
+
+async def test_xiaozhi_sdk_uploads_without_device_id(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> None:
+    """xiaozhi-sdk sends only the vision token: the token says whose camera it is."""
+    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
+    await hass.async_block_till_done()
+    sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, camera=True, flavor="xiaozhi-sdk"))
+    await sim.connect()
+    device = setup_integration.runtime_data.devices[MAC]
+    await wait_settled(device)
+    response: Any = await hass.services.async_call(
+        DOMAIN,
+        "call_tool",
+        {"device_id": device.device_id, "tool": "self.camera.take_photo", "arguments": {"question": "Hi?"}},
+        blocking=True,
+        return_response=True,
+    )
+    assert response["data"] == {"success": False, "text": NO_AI_TASK}  # uploaded, kept, answered
+    assert device.photo == TINY_JPEG
+    # Without Device-Id, a token nobody has is refused.
+    resp = await client.post(
+        VISION_PATH,
+        data=multipart(b"q", TINY_JPEG),
+        headers={"Authorization": "Bearer nobody", "Content-Type": f"multipart/form-data; boundary={BOUNDARY}"},
+    )
+    assert resp.status == 401
+    await sim.drop()

@@ -30,15 +30,18 @@ async def _body(question: str) -> AsyncIterator[bytes]:
     yield f"\r\n--{BOUNDARY}--\r\n".encode()
 
 
-async def upload_photo(server: McpServer, system_info: dict[str, Any], question: str) -> str:
-    """POST the photo; the response body is the tool's text result."""
+async def upload_photo(server: McpServer, system_info: dict[str, Any], question: str, *, identify: bool = True) -> str:
+    """POST the photo; the response body is the tool's text result.
+
+    ``identify``: the firmware sends ``Device-Id`` and ``Client-Id``; xiaozhi-sdk sends neither.
+    """
     assert server.vision_url is not None
     headers = {
-        "Device-Id": system_info["mac_address"],
-        "Client-Id": system_info["uuid"],
         "Content-Type": f"multipart/form-data; boundary={BOUNDARY}",
         # Transfer-Encoding: chunked, as the firmware sends it: aiohttp chunks a generator body.
     }
+    if identify:
+        headers |= {"Device-Id": system_info["mac_address"], "Client-Id": system_info["uuid"]}
     if server.vision_token:
         headers["Authorization"] = f"Bearer {server.vision_token}"
     try:

@@ -7,6 +7,8 @@
   results, header values spelled its own way.
 - ``browser``: a test web page. Authentication in the query string (browsers cannot set
   WebSocket headers), a hello with only ``features``, and typed text through ``listen detect``.
+- ``xiaozhi-sdk``: the PyPI SDK (``xiaozhi_sdk/core.py``): its own hello
+  (``consistent_sample_rate``), and camera uploads with the vision token but no ``Device-Id``.
 """
 
 import asyncio
@@ -43,8 +45,8 @@ from .voice import UPLINK_RATE, MicEncoder, SpeakerDecoder, frame, unframe
 
 _LOGGER = logging.getLogger(__name__)
 
-type Flavor = Literal["firmware", "py-xiaozhi", "browser"]
-FLAVORS: tuple[Flavor, ...] = ("firmware", "py-xiaozhi", "browser")
+type Flavor = Literal["firmware", "py-xiaozhi", "browser", "xiaozhi-sdk"]
+FLAVORS: tuple[Flavor, ...] = ("firmware", "py-xiaozhi", "browser", "xiaozhi-sdk")
 
 
 class DeviceCrashed(Exception):
@@ -95,7 +97,13 @@ class SimulatedDevice:
         self.system_info = system_info(options.mac, options.client_id, options.board, options.firmware_version)
         self.mcp = McpServer(options.board, options.firmware_version, errors_as_results=options.flavor == "py-xiaozhi")
         self.frame_ms = options.frame_ms or (20 if options.flavor == "py-xiaozhi" else 60)
-        add_common_tools(self.mcp, self.state, self.system_info, camera=options.camera)
+        add_common_tools(
+            self.mcp,
+            self.state,
+            self.system_info,
+            camera=options.camera,
+            identify_uploads=options.flavor != "xiaozhi-sdk",
+        )
         if options.lamp:
             add_lamp_tools(self.mcp, self.state)
         if options.press_to_talk:
@@ -188,6 +196,14 @@ class SimulatedDevice:
         """The client's hello: the firmware's (key order as it builds the string), or its flavor's."""
         if self.options.flavor == "browser":
             return {"type": "hello", "features": {"mcp": True}}
+        if self.options.flavor == "xiaozhi-sdk":
+            return {
+                "type": "hello",
+                "version": 1,
+                "features": {"mcp": True, "consistent_sample_rate": False},
+                "transport": "websocket",
+                "audio_params": {"format": "opus", "sample_rate": 16000, "channels": 1, "frame_duration": 60},
+            }
         if self.options.flavor == "py-xiaozhi":
             return {
                 "type": "hello",

@@ -41,7 +41,9 @@ def _const(value: ToolValue) -> Any:
     return callback
 
 
-def add_common_tools(server: McpServer, state: DeviceState, system_info: dict[str, Any], *, camera: bool) -> None:
+def add_common_tools(
+    server: McpServer, state: DeviceState, system_info: dict[str, Any], *, camera: bool, identify_uploads: bool = True
+) -> None:
     """``AddCommonTools``: the AI-visible tools every board has."""
 
     async def get_status(_args: dict[str, Any]) -> ToolValue:
@@ -104,7 +106,7 @@ def add_common_tools(server: McpServer, state: DeviceState, system_info: dict[st
                 raise ToolError("Image explain URL or token is not set")
             from .camera import upload_photo  # noqa: PLC0415  (aiohttp only when a camera is used)
 
-            return await upload_photo(server, system_info, args["question"])
+            return await upload_photo(server, system_info, args["question"], identify=identify_uploads)
 
         server.add_tool(
             Tool(

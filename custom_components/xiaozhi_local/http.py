@@ -36,7 +36,9 @@ def bearer_token(value: str | None) -> str:
         return ""
     value = value.strip()
     scheme, _, token = value.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token else value
+    if scheme.lower() == "bearer":
+        return token.strip()  # "Bearer " with nothing after it (xiaozhi-sdk before it has a token): none
+    return value
 
 
 def _protocol_version(value: str | None) -> int:

@@ -1,12 +1,14 @@
 """The camera endpoint: ``self.camera.take_photo`` uploads here and speaks what we answer (§11).
 
 The firmware POSTs ``multipart/form-data`` (``question``, then ``file`` = JPEG) with chunked
-transfer encoding, ``Authorization: Bearer <token from initialize>`` and ``Device-Id``. The
+transfer encoding, ``Authorization: Bearer <token from initialize>`` and ``Device-Id``
+(xiaozhi-sdk sends no ``Device-Id``: the token alone then says which device it is). The
 photo is shown by the device's image entity, then HA's AI Task answers the question about it.
 The response body becomes the tool's result: ``{"success": …, "text": …}``.
 """
 
 import asyncio
+from collections.abc import Iterable
 import logging
 from typing import Any
 
@@ -106,6 +108,15 @@ async def answer(hass: HomeAssistant, device: XiaozhiDevice, question: str, opti
     return {"success": True, "text": str(result.data)}
 
 
+def _device_of_vision_token(devices: Iterable[XiaozhiDevice], token: str) -> tuple[XiaozhiDevice | None, bool | None]:
+    """The device whose camera token this is (checked against every one: constant time each)."""
+    if token:
+        for device in devices:
+            if (valid := device.async_check_vision_token(token)) is not False:
+                return device, valid
+    return None, False
+
+
 class XiaozhiVisionView(HomeAssistantView):
     """``POST /api/xiaozhi_local/vision``."""
 
@@ -119,9 +130,13 @@ class XiaozhiVisionView(HomeAssistantView):
         if (hub := async_get_hub(hass)) is None:
             return web.json_response({"error": "Xiaozhi Local is not set up"}, status=404)
         mac = normalize_mac(request.headers.get("Device-Id", ""))
-        device = hub.devices.get(mac) if mac else None
         token = bearer_token(request.headers.get("Authorization"))
-        valid = device.async_check_vision_token(token) if device is not None and token else False
+        if mac:
+            device = hub.devices.get(mac)
+            valid = device.async_check_vision_token(token) if device is not None and token else False
+        else:
+            # xiaozhi-sdk uploads without Device-Id: the short-lived token says whose photo it is.
+            device, valid = _device_of_vision_token(hub.devices.values(), token)
         if not valid:
             # Its own token, expired: the device is no guesser (and must not get banned).
             return await async_refuse(request, Refused.EARLIER if valid is None else Refused.GUESS, mac)
