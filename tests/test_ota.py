@@ -348,3 +348,19 @@ async def test_endpoint_when_not_loaded(
     resp = await client.post(OTA_PATH, json={}, headers=ota_headers())
     assert resp.status == 404
     assert json.loads(await resp.text()) == {"error": "Xiaozhi Local is not set up"}
+
+
+async def test_device_info_from_ota_is_not_overwritten_by_server_info(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
+) -> None:
+    """An SDK names itself in serverInfo (or names nothing): the board and version OTA reported stay."""
+    device = new_device(mac=MAC, client_id=CLIENT_ID, board="bread-compact-wifi", firmware_version="2.4.2")
+    await device.boot(ota_url(client), FAST)
+    device.mcp.board_name, device.mcp.firmware_version = "", "0.5.1"  # an SDK's own version, no board
+    await device.connect()
+    xdev = setup_integration.runtime_data.devices[MAC]
+    await xdev.async_wait_ready(5)
+    entry = dr.async_get(hass).async_get(xdev.device_id)
+    assert isinstance(entry, dr.DeviceEntry)
+    assert (entry.model, entry.sw_version) == ("bread-compact-wifi", "2.4.2")
+    await device.drop()

@@ -277,10 +277,16 @@ class XiaozhiDevice:
         self.server_info = info
         self.tools = {tool.name: tool for tool in tools}
         self.tool_lists += 1
-        if info.name or info.version:
-            dr.async_get(self.hass).async_update_device(
-                self.device_id, model=info.name or None, sw_version=info.version or None
-            )
+        # What the OTA check reported (board type, application.version) wins: serverInfo only fills
+        # in what is unknown. An SDK names itself there, and an empty name must not erase the board.
+        registry = dr.async_get(self.hass)
+        known = registry.async_get(self.device_id)
+        known_model = getattr(known, "model", None)
+        known_version = getattr(known, "sw_version", None)
+        model = info.name if info.name and not known_model else UNDEFINED
+        sw_version = info.version if info.version and not known_version else UNDEFINED
+        if model is not UNDEFINED or sw_version is not UNDEFINED:
+            registry.async_update_device(self.device_id, model=model, sw_version=sw_version)
         self._persist(REPORT_SAVE_DELAY)
         self._async_notify()
 
