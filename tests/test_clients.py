@@ -430,3 +430,43 @@ async def test_browser_client_typed_text(
         assert len(device.speaker_pcm) > 0
     finally:
         await device.drop()
+
+
+async def test_py_xiaozhi_volume_is_read_from_get_volume(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+    """py-xiaozhi has no status object: its Volume comes from ``self.audio_speaker.get_volume``."""
+    from .test_entities import entity_id
+
+    device = await make_device(flavor="py-xiaozhi")
+    await wait_settled(hub_device(hass))
+    volume = entity_id(hass, "number:volume")
+    state = hass.states.get(volume)
+    assert state is not None
+    assert float(state.state) == 70
+    await hass.services.async_call("number", "set_value", {"entity_id": volume, "value": 35}, blocking=True)
+    assert device.state.volume == 35
+    state = hass.states.get(volume)
+    assert state is not None
+    assert float(state.state) == 35  # read back at once, not "unknown"
+
+
+async def test_xiaozhi_sdk_tool_names_map_to_the_firmware_rows(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+    """``set_volume``, ``get_device_status``: the same entities as the firmware's ``self.…`` tools."""
+    from .test_entities import entity_id
+
+    device = await make_device(flavor="xiaozhi-sdk")
+    xdev = hub_device(hass)
+    await wait_settled(xdev)
+    assert "set_volume" in {tool.name for tool in xdev.tools.values()}  # called by its own name
+    volume = entity_id(hass, "number:volume")
+    await hass.services.async_call("number", "set_value", {"entity_id": volume, "value": 20}, blocking=True)
+    assert device.state.volume == 20
+    state = hass.states.get(volume)
+    assert state is not None
+    assert float(state.state) == 20
+    assert "set_volume" in [name for name, _args in device.mcp.calls]
+    battery = hass.states.get(entity_id(hass, "sensor:battery"))
+    assert battery is not None
+    assert battery.state == "85"
+    # call_tool takes either name.
+    for name in ("set_volume", "self.audio_speaker.set_volume"):
+        assert (await call(hass, name, {"volume": 30}))["text"] == "true"

@@ -4,11 +4,13 @@
 
 - ``py-xiaozhi``: a desktop client. 20 ms Opus frames announced in its hello, an empty
   ``session_id`` in every message (it ignores the server's), tool failures as ``isError``
-  results, header values spelled its own way.
+  results, header values spelled its own way; no status tool, its volume read by
+  ``self.audio_speaker.get_volume`` (a bare integer).
 - ``browser``: a test web page. Authentication in the query string (browsers cannot set
   WebSocket headers), a hello with only ``features``, and typed text through ``listen detect``.
 - ``xiaozhi-sdk``: the PyPI SDK (``xiaozhi_sdk/core.py``): its own hello
-  (``consistent_sample_rate``), and camera uploads with the vision token but no ``Device-Id``.
+  (``consistent_sample_rate``), the firmware's tools without ``self.`` (``set_volume``,
+  ``get_device_status``, ``take_photo``), and camera uploads with the vision token but no ``Device-Id``.
 """
 
 import asyncio
@@ -37,8 +39,10 @@ from .tools import (
     add_ir_tools,
     add_lamp_tools,
     add_press_to_talk_tool,
+    add_py_xiaozhi_volume_tools,
     add_user_only_tools,
     dumps,
+    rename_for_sdk,
     system_info,
 )
 from .voice import UPLINK_RATE, MicEncoder, SpeakerDecoder, frame, unframe
@@ -97,13 +101,16 @@ class SimulatedDevice:
         self.system_info = system_info(options.mac, options.client_id, options.board, options.firmware_version)
         self.mcp = McpServer(options.board, options.firmware_version, errors_as_results=options.flavor == "py-xiaozhi")
         self.frame_ms = options.frame_ms or (20 if options.flavor == "py-xiaozhi" else 60)
-        add_common_tools(
-            self.mcp,
-            self.state,
-            self.system_info,
-            camera=options.camera,
-            identify_uploads=options.flavor != "xiaozhi-sdk",
-        )
+        if options.flavor == "py-xiaozhi":  # a desktop: its volume tools, no status object
+            add_py_xiaozhi_volume_tools(self.mcp, self.state)
+        else:
+            add_common_tools(
+                self.mcp,
+                self.state,
+                self.system_info,
+                camera=options.camera,
+                identify_uploads=options.flavor != "xiaozhi-sdk",
+            )
         if options.lamp:
             add_lamp_tools(self.mcp, self.state)
         if options.press_to_talk:
@@ -112,6 +119,8 @@ class SimulatedDevice:
             add_ir_tools(self.mcp, self.state)
         add_extra_tools(self.mcp, options.extra_tools)
         add_user_only_tools(self.mcp, self.system_info, self._schedule_reboot)
+        if options.flavor == "xiaozhi-sdk":
+            rename_for_sdk(self.mcp)
         self.session_id = ""
         self.server_hello: dict[str, Any] | None = None
         self.log: list[dict[str, Any]] = []  # server JSON other than mcp/hello, in order

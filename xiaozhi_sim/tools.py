@@ -158,6 +158,51 @@ def add_press_to_talk_tool(server: McpServer) -> None:
     )
 
 
+def add_py_xiaozhi_volume_tools(server: McpServer, state: DeviceState) -> None:
+    """py-xiaozhi's volume tools (``src/mcp/tools/volume/register.py``): no status object, a bare integer."""
+
+    async def set_volume(args: dict[str, Any]) -> ToolValue:
+        state.volume = args["volume"]
+        return True
+
+    async def get_volume(_args: dict[str, Any]) -> ToolValue:
+        return state.volume
+
+    async def get_volume_status(_args: dict[str, Any]) -> ToolValue:
+        return {"volume": state.volume, "muted": state.volume == 0, "available": True}
+
+    server.add_tool(
+        Tool(
+            "self.audio_speaker.set_volume",
+            "Set the system speaker volume to an absolute value (0-100).",
+            [Property("volume", "integer", minimum=0, maximum=100)],
+            set_volume,
+        )
+    )
+    server.add_tool(
+        Tool("self.audio_speaker.get_volume", "Get the current system speaker volume level.", [], get_volume)
+    )
+    server.add_tool(
+        Tool("self.audio_speaker.get_volume_status", "Get detailed speaker volume status.", [], get_volume_status)
+    )
+
+
+SDK_NAMES = {
+    "self.get_device_status": "get_device_status",
+    "self.audio_speaker.set_volume": "set_volume",
+    "self.screen.set_brightness": "set_brightness",
+    "self.screen.set_theme": "set_theme",
+    "self.camera.take_photo": "take_photo",
+}
+"""xiaozhi-sdk names its built-in tools without ``self.`` (``xiaozhi_sdk/utils/mcp_tool.py``)."""
+
+
+def rename_for_sdk(server: McpServer) -> None:
+    """The firmware's tools under xiaozhi-sdk's names."""
+    for tool in server.tools:
+        tool.name = SDK_NAMES.get(tool.name, tool.name)
+
+
 def add_ir_tools(server: McpServer, state: DeviceState) -> None:
     """The py-xiaozhi IR tools (seeds/002): failures come back as ``isError`` results."""
 

@@ -46,8 +46,9 @@ from .protocol.mcp import (
     ToolResult,
     parse_tool,
 )
+from .protocol.messages import loads
 from .protocol.session import OnceLogger
-from .tool_map import QUERY_TOOLS
+from .tool_map import QUERY_TOOLS, canonical_tools
 
 if TYPE_CHECKING:
     from .connection import DeviceConnection
@@ -76,6 +77,15 @@ REPORT_SAVE_DELAY = 10.0
 """Seconds before what the device reported is saved (many reports make one write)."""
 USER_SAVE_DELAY = 1.0
 """Seconds before a setting the user made while the device was away reaches disk."""
+
+
+def _number(text: str) -> int | float | None:
+    """A query tool's bare number (py-xiaozhi's ``get_volume`` answers ``70``), or None."""
+    try:
+        value = loads(text)
+    except ValueError, RecursionError:
+        return None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _identity_of(subentry: ConfigSubentry) -> Identity:
@@ -123,14 +133,16 @@ class XiaozhiDevice:
         self._notification_listeners: list[NotificationListener] = []
         self._refresh_lock = asyncio.Lock()
         cache = cache or {}
-        self.tools: dict[str, McpTool] = {}
         self.tool_lists = 0  # tools/list answers (or registrations) since start; 0: tools from the cache
+        cached: dict[str, McpTool] = {}
         for raw in cache.get("tools", []):
             try:
                 tool = parse_tool(raw)
             except ValueError:
                 continue
-            self.tools[tool.name] = tool
+            cached[tool.name] = tool
+        self.tools: dict[str, McpTool] = canonical_tools(cached)
+        """By the firmware's name (``TOOL_ALIASES``); each ``McpTool.name`` is what the device calls it."""
         self.queries: dict[str, Any] = dict(cache.get("queries", {}))
         """Last result of each query tool (parsed JSON), by tool name."""
         self.pending: dict[str, dict[str, Any]] = dict(cache.get("pending", {}))
@@ -275,7 +287,7 @@ class XiaozhiDevice:
     def async_set_discovery(self, info: ServerInfo, tools: list[McpTool]) -> None:
         """``initialize`` and ``tools/list`` of the current connection are in."""
         self.server_info = info
-        self.tools = {tool.name: tool for tool in tools}
+        self.tools = canonical_tools({tool.name: tool for tool in tools})
         self.tool_lists += 1
         # What the OTA check reported (board type, application.version) wins: serverInfo only fills
         # in what is unknown. An SDK names itself there, and an empty name must not erase the board.
@@ -313,12 +325,17 @@ class XiaozhiDevice:
             raise McpTimeoutError("the device did not finish listing its tools in time") from None
         return connection
 
+    def find_tool(self, name: str) -> McpTool | None:
+        """A tool by the firmware's name or by the name the device gave it."""
+        return self.tools.get(name) or next((tool for tool in self.tools.values() if tool.name == name), None)
+
     async def async_call_tool(self, name: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
-        """Call a tool on the live connection. Raises McpError subclasses."""
+        """Call a tool (by either name) on the live connection. Raises McpError subclasses."""
         connection = self.connection
         if connection is None:
             raise DeviceOfflineError(f"device {self.mac} is not connected")
-        return await connection.session.mcp.call_tool(name, arguments, timeout)
+        wire = tool.name if (tool := self.tools.get(name)) is not None else name
+        return await connection.session.mcp.call_tool(wire, arguments, timeout)
 
     # -- what entities use --------------------------------------------------------------------
 
@@ -347,7 +364,7 @@ class XiaozhiDevice:
                 except McpError as err:
                     self.log.report("query_failed", f"{tool} failed: {err}")
                     continue
-                value = result.json
+                value = result.json if result.json is not None else _number(result.text)
                 if value is None:
                     self.log.report("query_not_json", f"{tool} did not answer with JSON")
                     continue

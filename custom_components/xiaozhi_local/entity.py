@@ -11,7 +11,7 @@ from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from .const import DOMAIN
 from .device import XiaozhiDevice
 from .hub import XiaozhiConfigEntry
-from .tool_map import XiaozhiEntityDescription, XiaozhiValueDescription, value_at
+from .tool_map import XiaozhiEntityDescription, XiaozhiValueDescription, reported
 
 type Candidates = Callable[[XiaozhiDevice], Iterable[tuple[str, Callable[[], Entity]]]]
 """For a device: (key, factory) of every entity that applies to it now."""
@@ -51,7 +51,7 @@ class XiaozhiValueEntity(XiaozhiEntity):
     def reported_value(self) -> Any:
         """The value as the device last reported it, converted; None when missing or malformed."""
         description = self.entity_description
-        return description.convert(value_at(self.device.queries, description.source, description.path))
+        return reported(self.device.queries, description)
 
     @property
     def shown_value(self) -> Any:
@@ -65,7 +65,7 @@ def applies(device: XiaozhiDevice, description: XiaozhiEntityDescription) -> boo
     if not all(tool in device.tools for tool in description.tools):
         return False
     if isinstance(description, XiaozhiValueDescription) and description.only_when_reported:
-        return description.convert(value_at(device.queries, description.source, description.path)) is not None
+        return reported(device.queries, description) is not None
     return True
 
 

@@ -63,7 +63,7 @@ async def _async_call_tool(call: ServiceCall) -> ServiceResponse:
         raise translated_error("device_offline", device=device.name) from None
     except McpTimeoutError:
         raise translated_error("timeout", **placeholders) from None
-    if (tool := device.tools.get(name)) is None:
+    if (tool := device.find_tool(name)) is None:
         raise ServiceValidationError(
             translation_domain=DOMAIN, translation_key="unknown_tool", translation_placeholders=placeholders
         )

@@ -28,8 +28,21 @@ LAMP_STATE: Final = "self.lamp.get_state"
 IR_LIST: Final = "self.ir.list_codes"
 IR_SEND: Final = "self.ir.send_named"
 
-QUERY_TOOLS: Final = (STATUS, LAMP_STATE, IR_LIST)
+VOLUME_QUERY: Final = "self.audio_speaker.get_volume"
+"""py-xiaozhi's volume reading: a bare integer (it has no volume in a status object)."""
+
+QUERY_TOOLS: Final = (STATUS, LAMP_STATE, IR_LIST, VOLUME_QUERY)
 """Tools that only read: their results feed the entities."""
+
+TOOL_ALIASES: Final = {
+    # xiaozhi-sdk's built-in tools, and other clients that use the firmware's names without "self.".
+    "get_device_status": STATUS,
+    "set_volume": "self.audio_speaker.set_volume",
+    "set_brightness": "self.screen.set_brightness",
+    "set_theme": "self.screen.set_theme",
+    "take_photo": "self.camera.take_photo",
+}
+"""Names real clients give the firmware's tools → the firmware's name, which the rows below use."""
 
 NEVER_BUTTONS: Final = frozenset({"self.upgrade_firmware", *QUERY_TOOLS})
 """Tools that must not become generic buttons."""
@@ -37,6 +50,26 @@ NEVER_BUTTONS: Final = frozenset({"self.upgrade_firmware", *QUERY_TOOLS})
 NETWORK_TYPES: Final = ["wifi", "cellular", "ethernet", "rndis"]
 SIGNALS: Final = ["strong", "medium", "weak", "very_weak", "unknown"]
 THEMES: Final = ["light", "dark"]
+
+
+def canonical_tools[T](tools: dict[str, T]) -> dict[str, T]:
+    """Tools by the firmware's name: ``set_volume`` becomes ``self.audio_speaker.set_volume``.
+
+    A tool already under the firmware's name wins over an alias of it.
+    """
+    out = {name: tool for name, tool in tools.items() if name not in TOOL_ALIASES}
+    for name, tool in tools.items():
+        if name in TOOL_ALIASES:
+            out.setdefault(TOOL_ALIASES[name], tool)
+    return out
+
+
+def reported(queries: dict[str, Any], description: XiaozhiValueDescription) -> Any:
+    """A row's value as last reported (converted): its source, else its other sources; None."""
+    for source, path in ((description.source, description.path), *description.also_from):
+        if (value := description.convert(value_at(queries, source, path))) is not None:
+            return value
+    return None
 
 
 def value_at(queries: dict[str, Any], source: str, path: tuple[str, ...]) -> Any:
@@ -92,6 +125,8 @@ class XiaozhiValueDescription(XiaozhiEntityDescription):
 
     source: str = STATUS
     path: tuple[str, ...]
+    also_from: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Other (query tool, path) to read the value from when ``source`` has none."""
     convert: Callable[[Any], Any]
     only_when_reported: bool = False  # created only once the device reported the value
 
@@ -143,6 +178,7 @@ NUMBERS: Final = (
         translation_key="volume",
         tools=("self.audio_speaker.set_volume",),
         path=("audio_speaker", "volume"),
+        also_from=((VOLUME_QUERY, ()),),
         convert=as_int,
         setter="self.audio_speaker.set_volume",
         argument="volume",
