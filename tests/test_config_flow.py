@@ -329,3 +329,19 @@ async def test_websocket_url(hass: HomeAssistant, config: dict[str, str], url: s
     await async_process_ha_core_config(hass, config)
     assert websocket_url(hass) == url
     assert ota_url(hass) == url.replace("ws", "http", 1).replace("/v1/", "/ota/")
+
+
+async def test_dialogs_show_the_url_devices_really_get(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    """With the hub's WebSocket URL option set, "Enter a MAC address" and "Regenerate token" show it."""
+    url = "ws://192.0.2.5:8123/api/xiaozhi_local/v1/"
+    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": url})
+    await hass.async_block_till_done()
+    result = await start_device_flow(hass, setup_integration, "manual")
+    result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {CONF_MAC: "aabbcc001122"}))
+    assert placeholders_of(result)["url"] == url
+    sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
+    result = await hass.config_entries.subentries.async_init(
+        (setup_integration.entry_id, SUBENTRY_DEVICE), context={"source": "reconfigure", "subentry_id": sub.subentry_id}
+    )
+    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    assert placeholders_of(result)["url"] == url

@@ -1,8 +1,11 @@
 """Translations and manifest: every language has every key, every key the code uses exists."""
 
 import json
+import os
 from pathlib import Path
 import re
+import shutil
+import subprocess
 from typing import Any
 
 import pytest
@@ -145,3 +148,40 @@ def test_quality_scale_has_a_status_for_every_rule() -> None:
             assert status in ("done", "todo"), rule
     # What the code proves is done, marked so.
     assert rules["diagnostics"] == rules["repair-issues"] == rules["test-coverage"] == "done"
+
+
+NODE_MODULES = Path(
+    os.environ.get("XIAOZHI_NODE_MODULES")
+    or Path(
+        os.environ.get("XIAOZHI_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xiaozhi_local"
+    )
+    / "node"
+    / "node_modules"
+)
+
+
+@pytest.mark.parametrize("language", ["en", "zh-Hans"])
+def test_every_string_formats_as_the_frontend_formats_it(language: str) -> None:
+    """HA's frontend reads translations as ICU messages: ``<token>`` is a tag, ``'`` quotes, ``{`` opens.
+
+    An English "Bearer <token>" rendered as "Translation error: UNCLOSED_TAG". ``script/bootstrap``
+    installs the frontend's formatter (intl-messageformat, from npm) when Node.js is there.
+    """
+    node = shutil.which("node")
+    if node is None or not (NODE_MODULES / "intl-messageformat").is_dir():
+        pytest.skip("Node.js and intl-messageformat (script/bootstrap installs it) are needed")
+    result = subprocess.run(
+        [
+            node,
+            str(Path(__file__).parent / "frontend" / "format_strings.js"),
+            str(COMPONENT / "translations" / f"{language}.json"),
+            language,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "NODE_PATH": str(NODE_MODULES)},
+        timeout=60,
+    )
+    assert json.loads(result.stdout) == []

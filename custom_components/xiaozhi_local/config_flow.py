@@ -267,10 +267,12 @@ class DeviceSubentryFlow(ConfigSubentryFlow):
         return self._show_credentials("new_token")
 
     def _show_credentials(self, step_id: str) -> SubentryFlowResult:
+        hub = async_get_hub(self.hass)
         return self.async_show_form(
             step_id=step_id,
             description_placeholders={
-                "url": websocket_url(self.hass),
+                # The URL devices really get: the hub option when it is set.
+                "url": hub.websocket_url() if hub is not None else websocket_url(self.hass),
                 "ota_url": ota_url(self.hass),
                 "token": self._data[CONF_TOKEN],
                 "mac": self._data[CONF_MAC],
