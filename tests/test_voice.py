@@ -46,7 +46,9 @@ async def test_auto_turn(hass: HomeAssistant, ready: Voice, device: SimulatedDev
         "The kitchen light is on.",
         "Anything else?",
     ]
-    assert device.log[1]["emotion"] == "thinking"
+    # Emotions carry their emoji in "text", as the firmware's servers send them (xiaozhi-sdk needs it).
+    assert (device.log[1]["emotion"], device.log[1]["text"]) == ("thinking", "🤔")
+    assert all(isinstance(m.get("text"), str) and m["text"] for m in device.log if m["type"] == "llm")
     # The answer's audio arrived whole and decodable: as long as the TTS made it (60 ms packets).
     played = len(device.speaker_pcm) / 2 / 24000
     expected = speech_seconds(ready.agent.reply)

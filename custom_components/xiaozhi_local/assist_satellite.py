@@ -38,8 +38,10 @@ from .const import CONF_SILENCE_TIMEOUT, DEFAULT_SILENCE_TIMEOUT, DOMAIN
 from .device import XiaozhiDevice, translated_error
 from .entity import XiaozhiEntity, async_setup_device_entities
 from .hub import XiaozhiConfigEntry
+from .protocol import voice
 from .protocol.audio import AudioError, OpusDecoder, OpusEncoder, Pacer, Resampler, WavStream, split_sentences
 from .protocol.messages import DOWNLINK_SAMPLE_RATE, ControlMessage
+from .protocol.voice import is_wake_phrase, speech_seconds
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -54,51 +56,14 @@ WAKE_WORD_FOLLOW_UP: Final = 0.5
 MAX_QUEUED_CHUNKS: Final = 100
 """Decoded uplink audio waiting for the pipeline (60 ms each: 6 s)."""
 
-WAKE_PHRASES: Final = frozenset(
-    {
-        "你好小智",
-        "你好小志",
-        "小爱同学",
-        "你好小鑫",
-        "你好喵喵",
-        "hi esp",
-        "hi,esp",
-        "alexa",
-        "hey xiaozhi",
-        "hi xiaozhi",
-        "hi lexin",
-        "nihao xiaozhi",
-        "jarvis",
-        "hey jarvis",
-        "hey wanda",
-        "computer",
-    }
-)
-"""Phrases esp-sr wake words report in ``listen detect`` (any other text is a typed utterance)."""
 ON_DEVICE_WAKE_WORD: Final = AssistSatelliteWakeWord(
     id="on_device", wake_word="你好小智 / Hi ESP", trained_languages=["zh", "en"]
 )
-
-EMOTION_THINKING: Final = "thinking"
-EMOTION_ANSWER: Final = "neutral"
-EMOTION_DONE: Final = "happy"
-EMOTION_CONFUSED: Final = "confused"
-EMOTION_ERROR: Final = "sad"
 
 SATELLITE = EntityDescription(key="assist_satellite", name=None)
 
 QUIET_ERRORS: Final = frozenset({"stt-no-text-recognized"})
 """Pipeline errors that mean "nobody said anything": no alert, the device just listens again."""
-
-
-def _is_wake_phrase(text: str) -> bool:
-    cleaned = text.replace("<detect>", "").replace("</detect>", "").strip().lower().strip("!！.。,， ")
-    return cleaned in WAKE_PHRASES
-
-
-def _speech_seconds(text: str) -> float:
-    """A rough duration of spoken text, to show each sentence about when it is heard."""
-    return sum(0.22 if ord(ch) >= 0x2E80 else 0.065 for ch in text)
 
 
 async def async_setup_entry(
@@ -233,7 +198,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             text = data.get("text")
             if not isinstance(text, str) or not text.strip():
                 connection.log.report("bad_detect", "listen detect without text")
-            elif _is_wake_phrase(text):
+            elif is_wake_phrase(text):
                 self._wake_phrase = text.strip()
             else:
                 self._defer_detect(connection, text.strip())
@@ -440,9 +405,9 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
                 if turn is not None:
                     turn.end_audio()
                 text = ((data.get("stt_output") or {}).get("text")) or ""
-                self._send({"type": "stt", "text": text})
+                self._send(voice.stt(text))
             case PipelineEventType.INTENT_START:
-                self._send({"type": "llm", "emotion": EMOTION_THINKING})
+                self._send(voice.llm(voice.EMOTION_THINKING))
             case PipelineEventType.INTENT_PROGRESS:
                 if data.get("tts_start_streaming") and self._tts_token and not self._tts_started:
                     self._start_tts(self._tts_token)
@@ -455,8 +420,10 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
                 self._send_ai("final", speech)
                 self._continue = bool(output.get("continue_conversation"))
                 response_type = ((output.get("response") or {}).get("response_type")) or ""
-                emotion = {"error": EMOTION_CONFUSED, "action_done": EMOTION_DONE}.get(response_type, EMOTION_ANSWER)
-                self._send({"type": "llm", "emotion": emotion})
+                emotion = {"error": voice.EMOTION_CONFUSED, "action_done": voice.EMOTION_DONE}.get(
+                    response_type, voice.EMOTION_ANSWER
+                )
+                self._send(voice.llm(emotion))
             case PipelineEventType.TTS_START:
                 self._tts_text = data.get("tts_input") or None
             case PipelineEventType.TTS_END:
@@ -473,7 +440,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
                         self.hass.async_create_task(self._run_connection.async_close("another device answers"))
                 elif code not in QUIET_ERRORS:
                     message = str(data.get("message") or code or "error")
-                    self._send({"type": "alert", "status": "Error", "message": message, "emotion": EMOTION_ERROR})
+                    self._send(voice.alert(message))
             case PipelineEventType.RUN_END:
                 if not self._tts_started:
                     # No speech to play: a tts start/stop pair brings the device back to
@@ -502,7 +469,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
     ) -> None:
         """``tts start``, paced Opus, sentences as they are heard, then always ``tts stop``."""
         loop = asyncio.get_running_loop()
-        await connection.async_send_json({"type": "tts", "state": "start"})
+        await connection.async_send_json(voice.tts_start())
         shown = 0
         try:
             if source is None:
@@ -523,7 +490,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         except (ConnectionError, AudioError, HomeAssistantError) as err:
             _LOGGER.warning("Device %s: speech stopped: %s", self.device.mac, err)
         finally:
-            await connection.async_send_json({"type": "tts", "state": "stop"})
+            await connection.async_send_json(voice.tts_stop())
             if respond:
                 self.tts_response_finished()
                 self._after_answer(connection)
@@ -531,10 +498,10 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
     async def _show_sentences(self, connection: DeviceConnection, shown: int, heard: float) -> int:
         """``tts sentence_start`` for each sentence whose (estimated) time has come."""
         sentences = split_sentences(self._tts_text or "")
-        offset = sum(_speech_seconds(s) for s in sentences[:shown])
+        offset = sum(speech_seconds(s) for s in sentences[:shown])
         while shown < len(sentences) and offset <= heard:
-            await connection.async_send_json({"type": "tts", "state": "sentence_start", "text": sentences[shown]})
-            offset += _speech_seconds(sentences[shown])
+            await connection.async_send_json(voice.tts_sentence(sentences[shown]))
+            offset += speech_seconds(sentences[shown])
             shown += 1
         return shown
 
