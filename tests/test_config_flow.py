@@ -154,9 +154,11 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
             "accept_without_code": True,
             "websocket_url": " ws://10.0.0.2:8123/api/xiaozhi_local/v1/ ",
             "silence_timeout": 45,
+            "idle_timeout": 600,
         },
     )
     assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert setup_integration.options["idle_timeout"] == 600
     assert hub.accept_without_code
     assert hub.websocket_url() == "ws://10.0.0.2:8123/api/xiaozhi_local/v1/"
     assert setup_integration.options["silence_timeout"] == 45
@@ -166,6 +168,7 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
         "accept_without_code": False,
         "websocket_url": "",
         "silence_timeout": 20,
+        "idle_timeout": 300,
         "ai_task_entity": "",
     }
     assert hub.websocket_url() == websocket_url(hass)
@@ -340,8 +343,8 @@ async def test_dialogs_show_the_url_devices_really_get(hass: HomeAssistant, setu
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {CONF_MAC: "aabbcc001122"}))
     assert placeholders_of(result)["url"] == url
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
-    result = await hass.config_entries.subentries.async_init(
+    again = await hass.config_entries.subentries.async_init(
         (setup_integration.entry_id, SUBENTRY_DEVICE), context={"source": "reconfigure", "subentry_id": sub.subentry_id}
     )
-    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
-    assert placeholders_of(result)["url"] == url
+    again = await hass.config_entries.subentries.async_configure(again["flow_id"], {})
+    assert placeholders_of(again)["url"] == url

@@ -215,7 +215,7 @@ async def test_garbage_frames_survive(
         "x" * 1_000_000,
         b"\x00" * 20_000,
         "[" * 200_000,
-        '{"type": "listen", "state": "start", "mode": "auto"}',
+        '{"type": "listen", "state": "bogus"}',
         b"\x01\x02",
     ]
     for frame in garbage:

@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.event import async_track_state_change_event
+from homeassistant.util import dt as dt_util
 import pytest
 
 from custom_components.xiaozhi_local.const import DOMAIN, EVENT_NOTIFICATION
@@ -107,12 +108,33 @@ async def test_framing_v2_v3(hass: HomeAssistant, ready: Voice, client: TestClie
     await sim.drop()
 
 
-async def test_manual_mode_ends_the_conversation(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+async def test_manual_mode_keeps_the_socket_until_idle(
+    hass: HomeAssistant, ready: Voice, device: SimulatedDevice
+) -> None:
+    """Push-to-talk: after the answer the device is idle but its socket stays (no "connection lost"
+    on py-xiaozhi), its tools stay callable, and the hub's idle timeout closes it later."""
+    from pytest_homeassistant_custom_component.common import async_fire_time_changed
+
+    from custom_components.xiaozhi_local.const import DEFAULT_IDLE_TIMEOUT
+
     await device.say(speech_pcm(), mode="manual")  # press, speak, release
     await tts_stops(device)
-    await device.wait_closed()  # no follow-up asked: the server ends the conversation
     assert device.device_state == "idle"
     assert ready.agent.inputs[0].text.startswith("heard ")
+    xdev = hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC]
+    assert xdev.connection is not None
+    result = await hass.services.async_call(
+        DOMAIN,
+        "call_tool",
+        {"device_id": xdev.device_id, "tool": "self.audio_speaker.set_volume", "arguments": {"volume": 40}},
+        blocking=True,
+        return_response=True,
+    )
+    assert result is not None
+    assert result["text"] == "true"
+    assert not device.closed.is_set()
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=DEFAULT_IDLE_TIMEOUT + 1))
+    await device.wait_closed()  # then the idle connection is closed
 
 
 async def test_follow_up_keeps_the_conversation(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:

@@ -4,19 +4,28 @@ Uplink: ``listen start`` starts a run at speech-to-text; each Opus packet is dec
 PCM and streamed in; HA's VAD (auto mode) or ``listen stop`` (manual) ends the turn.
 Downlink: ``stt`` → ``llm`` (emotion) → ``tts start`` → ``tts sentence_start`` → 60 ms Opus
 packets paced at real time with a small lead → ``tts stop`` (always) → ``tts_response_finished``.
+
+Every exchange (a listening turn, typed text, an announcement) is a ``_Run`` that belongs to the
+connection it started on: when that connection ends, or the device aborts, or a new exchange
+starts, the run is cancelled as a whole, and nothing of it (its pipeline's events, its speech,
+its timers) can reach another connection.
 """
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import logging
 from typing import Any, Final
 
 from homeassistant.components import tts
 from homeassistant.components.assist_pipeline import PipelineEvent, PipelineEventType
 from homeassistant.components.assist_pipeline.models import PipelineStage
-from homeassistant.components.assist_pipeline.pipeline import PipelineInput, PipelineRun, async_get_pipeline
+from homeassistant.components.assist_pipeline.pipeline import (
+    Pipeline,
+    PipelineInput,
+    PipelineRun,
+    async_get_pipeline,
+)
 from homeassistant.components.assist_satellite import (
     AssistSatelliteAnnouncement,
     AssistSatelliteConfiguration,
@@ -24,24 +33,31 @@ from homeassistant.components.assist_satellite import (
     AssistSatelliteEntityFeature,
     AssistSatelliteWakeWord,
 )
-from homeassistant.components.ffmpeg import get_ffmpeg_manager
 from homeassistant.core import CALLBACK_TYPE, Context, HomeAssistant, callback
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import chat_session, entity_registry as er
 from homeassistant.helpers.entity import EntityDescription
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from homeassistant.helpers.event import async_call_later
-from homeassistant.helpers.network import NoURLAvailableError, get_url
 
 from .connection import DeviceConnection
-from .const import CONF_SILENCE_TIMEOUT, DEFAULT_SILENCE_TIMEOUT, DOMAIN
+from .const import (
+    AUDIO_GAP_TIMEOUT,
+    CONF_IDLE_TIMEOUT,
+    CONF_SILENCE_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_SILENCE_TIMEOUT,
+    DOMAIN,
+)
 from .device import XiaozhiDevice, translated_error
 from .entity import XiaozhiEntity, async_setup_device_entities
 from .hub import XiaozhiConfigEntry
+from .media import ffmpeg_pcm, full_url, tts_pcm
 from .protocol import voice
-from .protocol.audio import AudioError, OpusDecoder, OpusEncoder, Pacer, Resampler, WavStream, split_sentences
+from .protocol.audio import AudioError, OpusDecoder, OpusEncoder, Pacer, split_sentences
 from .protocol.messages import DOWNLINK_SAMPLE_RATE, ControlMessage
-from .protocol.voice import is_wake_phrase, speech_seconds
+from .protocol.voice import VoiceError, is_wake_phrase, parse_listen, speech_seconds
+from .repairs import async_pipeline_incomplete, async_pipeline_served
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -64,6 +80,10 @@ SATELLITE = EntityDescription(key="assist_satellite", name=None)
 
 QUIET_ERRORS: Final = frozenset({"stt-no-text-recognized"})
 """Pipeline errors that mean "nobody said anything": no alert, the device just listens again."""
+CANNOT_SERVE: Final = frozenset(
+    {"validation-error", "stt-provider-missing", "stt-provider-unsupported-metadata", "tts-not-supported"}
+)
+"""Pipeline errors that mean "this assistant cannot serve the device": say so once and end the conversation."""
 
 
 async def async_setup_entry(
@@ -82,22 +102,23 @@ async def async_setup_entry(
 class _Turn:
     """One listening turn: audio from ``listen start`` until the end of speech."""
 
-    connection: DeviceConnection
     mode: str
     queue: asyncio.Queue[bytes | None]
     decoder: OpusDecoder
     ended: bool = False
     heard_speech: bool = False
     cancel_silence: CALLBACK_TYPE | None = None
+    cancel_gap: CALLBACK_TYPE | None = None
 
     def end_audio(self) -> None:
         """No more audio for the pipeline (VAD end, ``listen stop``, a new turn)."""
         if self.ended:
             return
         self.ended = True
-        if self.cancel_silence is not None:
-            self.cancel_silence()
-            self.cancel_silence = None
+        for cancel in (self.cancel_silence, self.cancel_gap):
+            if cancel is not None:
+                cancel()
+        self.cancel_silence = self.cancel_gap = None
         while True:
             try:
                 self.queue.put_nowait(None)
@@ -105,6 +126,43 @@ class _Turn:
                 self.queue.get_nowait()  # make room for the end marker
             else:
                 return
+
+
+@dataclass(slots=True, eq=False)
+class _Run:
+    """One exchange on one connection: a listening turn, typed text, or an announcement."""
+
+    connection: DeviceConnection
+    turn: _Turn | None = None
+    task: asyncio.Task[None] | None = None  # the pipeline (a turn or typed text)
+    tts_task: asyncio.Task[None] | None = None
+    tts_token: str | None = None
+    tts_started: bool = False
+    tts_text: str | None = None
+    continue_conversation: bool = False
+    reply_role: str | None = None  # role of the chat log message being streamed
+    reply_streamed: bool = False  # chunks of the reply went out as mcp/ai/message
+    text_only: bool = False  # typed text, and the assistant has no text-to-speech: the reply is shown
+    cannot_serve: bool = False  # the assistant lacks what this needs: said once, conversation ended
+    cancelled: bool = False
+    timers: list[CALLBACK_TYPE] = field(default_factory=list)
+
+    def cancel(self) -> None:
+        """Stop everything of it: audio, pipeline, speech, timers."""
+        self.cancelled = True
+        if self.turn is not None:
+            self.turn.end_audio()
+        for task in (self.task, self.tts_task):
+            if task is not None and not task.done():
+                task.cancel()
+        for cancel in self.timers:
+            cancel()
+        self.timers.clear()
+
+    @property
+    def listening(self) -> bool:
+        """Still taking the user's audio."""
+        return self.turn is not None and not self.turn.ended
 
 
 class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
@@ -120,17 +178,10 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
 
     def __init__(self, device: XiaozhiDevice, description: EntityDescription) -> None:
         super().__init__(device, description)
-        self._turn: _Turn | None = None
+        self._run: _Run | None = None  # the current exchange
+        self._events_for: _Run | None = None  # the run whose pipeline is executing (its events are its own)
         self._wake_phrase: str | None = None
-        self._tts_token: str | None = None
-        self._tts_started = False
-        self._tts_text: str | None = None
-        self._tts_task: asyncio.Task[None] | None = None
-        self._continue = False
-        self._run_connection: DeviceConnection | None = None
         self._deferred_detect: tuple[str, CALLBACK_TYPE, DeviceConnection] | None = None
-        self._reply_role: str | None = None  # role of the chat log message being streamed
-        self._reply_streamed = False  # chunks of this run's reply went out as mcp/ai/message
 
     async def async_added_to_hass(self) -> None:
         """Take the device's voice."""
@@ -141,10 +192,10 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         def release() -> None:
             if self.device.voice is self:
                 self.device.voice = None
-            if self._turn is not None:
-                self._turn.end_audio()
-            if self._tts_task is not None:
-                self._tts_task.cancel()
+            self._cancel_deferred_detect()
+            if self._run is not None:
+                self._run.cancel()
+                self._run = None
 
         self.async_on_remove(release)
 
@@ -178,37 +229,42 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
 
     def on_control(self, connection: DeviceConnection, message: ControlMessage) -> None:
         """``listen start|stop|detect`` and ``abort``."""
-        data = message.data
+        connection.touch()
         if message.type == "abort":
-            self._abort(connection, data.get("reason"))
+            self._abort(connection, message.data.get("reason"))
             return
         if message.type != "listen":
             _LOGGER.debug("Device %s: ignored %s message", self.device.mac, message.type)
             return
-        state = data.get("state")
-        if state == "start":
-            mode = data.get("mode")
-            self._start_turn(connection, mode if mode in ("auto", "manual", "realtime") else "auto")
-        elif state == "stop":
-            if self._turn is None or self._turn.connection is not connection:
+        try:
+            listen = parse_listen(message.data)
+        except VoiceError as err:
+            connection.log.report(err.kind, str(err))
+            return
+        run = self._run
+        if listen.state == "start":
+            self._start_turn(connection, listen.mode)
+        elif listen.state == "stop":
+            if run is None or run.connection is not connection or run.turn is None:
                 connection.log.report("stop_without_start", "listen stop without a listen start")
                 return
-            self._turn.end_audio()
-        elif state == "detect":
-            text = data.get("text")
-            if not isinstance(text, str) or not text.strip():
-                connection.log.report("bad_detect", "listen detect without text")
-            elif is_wake_phrase(text):
-                self._wake_phrase = text.strip()
-            else:
-                self._defer_detect(connection, text.strip())
+            run.turn.end_audio()
+        elif is_wake_phrase(listen.text):
+            self._wake_phrase = listen.text
         else:
-            connection.log.report("bad_listen", f"listen with unknown state {state!r}")
+            self._defer_detect(connection, listen.text)
 
     def on_audio(self, connection: DeviceConnection, packet: bytes) -> None:
-        """Uplink Opus → PCM for the running turn."""
-        turn = self._turn
-        if turn is None or turn.connection is not connection or turn.ended:
+        """Uplink Opus → PCM for the running turn; a streaming client's next utterance starts the next."""
+        connection.touch()
+        run = self._run
+        if run is None and connection.listen_mode in ("auto", "realtime") and self.device.connection is connection:
+            # Clients that stream their microphone without pause (the browser page, xiaozhi-sdk in
+            # realtime mode, load testers) send listen start once: HA's VAD segments what follows.
+            self._start_turn(connection, connection.listen_mode)
+            run = self._run
+        turn = run.turn if run is not None and run.connection is connection else None
+        if turn is None or turn.ended:
             connection.log.report("audio_outside_turn", "dropped audio outside a listening turn")
             return
         try:
@@ -216,6 +272,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         except AudioError as err:
             connection.log.report("bad_opus", str(err))
             return
+        self._watch_gap(turn)
         if not pcm:
             return
         try:
@@ -223,11 +280,52 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         except asyncio.QueueFull:
             connection.log.report("audio_queue_full", "the pipeline is not keeping up; dropped audio")
 
-    # -- turns ---------------------------------------------------------------------------------
+    def on_disconnect(self, connection: DeviceConnection) -> None:
+        """The connection ended: its run ends at once, and nothing of it reaches another connection."""
+        if self._deferred_detect is not None and self._deferred_detect[2] is connection:
+            self._cancel_deferred_detect()
+        run = self._run
+        if run is not None and run.connection is connection:
+            _LOGGER.debug("Device %s disconnected during a conversation; ending it", self.device.mac)
+            self._end_run(run)
+
+    # -- runs ----------------------------------------------------------------------------------
 
     def _config_entry(self) -> XiaozhiConfigEntry:
         assert self.platform.config_entry is not None
         return self.platform.config_entry
+
+    @callback
+    def _begin(self, run: _Run) -> _Run | None:
+        """``run`` is the current exchange from now on; returns the one it replaces (cancelled)."""
+        previous, self._run = self._run, run
+        if previous is not None:
+            previous.cancel()
+        return previous
+
+    @callback
+    def _end_run(self, run: _Run) -> None:
+        """Cancel ``run`` (disconnect, abort): the satellite is idle again."""
+        run.cancel()
+        if self._run is run:
+            self._run = None
+            self.tts_response_finished()  # back to idle (HA's public way to say the response is over)
+
+    @callback
+    def _finished(self, run: _Run) -> None:
+        """``run`` is over (answered, or there was nothing to answer).
+
+        A manual-mode conversation is over too: the device went idle but keeps its socket, and
+        its tools stay callable. The connection is closed only after the hub's idle timeout.
+        """
+        if self._run is run:
+            self._run = None
+        for cancel in run.timers:
+            cancel()
+        run.timers.clear()
+        if run.turn is not None and run.turn.mode == "manual" and not run.continue_conversation:
+            options = self._config_entry().options
+            run.connection.arm_idle(float(options.get(CONF_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)))
 
     def _defer_detect(self, connection: DeviceConnection, text: str) -> None:
         """Decide what a ``listen detect`` text that is no known wake phrase means.
@@ -252,39 +350,52 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         cancel()
         return text
 
-    def on_disconnect(self, connection: DeviceConnection) -> None:
-        """The connection ended: typed text it sent is not answered on another one."""
-        if self._deferred_detect is not None and self._deferred_detect[2] is connection:
-            self._cancel_deferred_detect()
-
     def _start_turn(self, connection: DeviceConnection, mode: str) -> None:
         if (custom_wake_word := self._cancel_deferred_detect()) is not None:
             self._wake_phrase = custom_wake_word
-        if self._turn is not None:
-            self._turn.end_audio()  # a new listen start cancels the running turn
-        self._cancel_tts()
-        turn = _Turn(connection, mode, asyncio.Queue(MAX_QUEUED_CHUNKS), OpusDecoder())
-        self._turn = turn
+        connection.listen_mode = mode
+        turn = _Turn(mode, asyncio.Queue(MAX_QUEUED_CHUNKS), OpusDecoder())
+        run = _Run(connection, turn)
+        previous = self._begin(run)  # a new listen start ends what runs (barge-in, a new question)
         wake_phrase, self._wake_phrase = self._wake_phrase, None
         if mode != "manual":
             timeout = self._config_entry().options.get(CONF_SILENCE_TIMEOUT, DEFAULT_SILENCE_TIMEOUT)
 
             @callback
             def silence(_now: Any) -> None:
-                self._on_silence(turn)
+                self._on_silence(run)
 
             turn.cancel_silence = async_call_later(self.hass, timeout, silence)
-        self._config_entry().async_create_background_task(
-            self.hass, self._async_run_turn(turn, wake_phrase), f"xiaozhi_local turn {self.device.mac}"
+        run.task = self._config_entry().async_create_background_task(
+            self.hass, self._async_run_turn(run, wake_phrase, previous), f"xiaozhi_local turn {self.device.mac}"
         )
 
-    async def _async_run_turn(self, turn: _Turn, wake_phrase: str | None) -> None:
-        self._run_connection = turn.connection
+    async def _async_after(self, previous: _Run | None) -> None:
+        """Until the replaced run's pipeline has really stopped (its late events are not ours)."""
+        if previous is not None and previous.task is not None:
+            await asyncio.wait({previous.task})
+
+    def _pipeline(self) -> Pipeline:
+        """The assistant the device uses now (its select, else the preferred one)."""
+        return async_get_pipeline(self.hass, self._resolve_pipeline())
+
+    async def _async_run_turn(self, run: _Run, wake_phrase: str | None, previous: _Run | None) -> None:
+        assert run.turn is not None
+        turn = run.turn
+        await self._async_after(previous)
+        if run.cancelled:
+            return
+        pipeline = self._pipeline()
+        missing = [kind for kind, engine in (("stt", pipeline.stt_engine), ("tts", pipeline.tts_engine)) if not engine]
+        if missing:
+            self._cannot_serve(run, pipeline.name, missing)
+            return
 
         async def pcm() -> AsyncIterator[bytes]:
             while (chunk := await turn.queue.get()) is not None:
                 yield chunk
 
+        self._events_for = run
         try:
             await self.async_accept_pipeline_from_satellite(
                 pcm(), start_stage=PipelineStage.STT, wake_word_phrase=wake_phrase
@@ -293,105 +404,156 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             _LOGGER.exception("Device %s: the voice pipeline failed", self.device.mac)
         finally:
             turn.end_audio()
+            if self._events_for is run:
+                self._events_for = None
+            if run.tts_task is None and not run.cancelled:
+                self._finished(run)  # ended before any answer (nothing to say, or an error)
 
     @callback
-    def _on_silence(self, turn: _Turn) -> None:
+    def _on_silence(self, run: _Run) -> None:
         """Nobody spoke: end the conversation the only way stock firmware understands."""
+        turn = run.turn
+        if turn is None:
+            return
         turn.cancel_silence = None
-        if self._turn is turn and not turn.heard_speech:
+        if self._run is run and not turn.heard_speech:
             _LOGGER.debug("Device %s: no speech; ending the conversation", self.device.mac)
-            turn.end_audio()
-            self.hass.async_create_task(turn.connection.async_close("no speech"))
+            self._end_run(run)
+            self.hass.async_create_task(run.connection.async_close("no speech"))
+
+    @callback
+    def _watch_gap(self, turn: _Turn) -> None:
+        """Auto and realtime: a microphone that stops sending ends the utterance after a while."""
+        if turn.mode == "manual":
+            return
+        if turn.cancel_gap is not None:
+            turn.cancel_gap()
+
+        @callback
+        def gap(_now: Any) -> None:
+            turn.cancel_gap = None
+            if turn.heard_speech:
+                _LOGGER.debug("Device %s: its microphone stopped sending; ending the utterance", self.device.mac)
+                turn.end_audio()
+
+        turn.cancel_gap = async_call_later(self.hass, AUDIO_GAP_TIMEOUT, gap)
 
     def _start_text_run(self, connection: DeviceConnection, text: str) -> None:
         """``listen detect`` with text that is not a wake phrase: a typed utterance."""
-        if self._turn is not None:
-            self._turn.end_audio()
-        self._cancel_tts()
-        self._config_entry().async_create_background_task(
-            self.hass, self._async_run_text(connection, text), f"xiaozhi_local text {self.device.mac}"
+        run = _Run(connection)
+        previous = self._begin(run)
+        run.task = self._config_entry().async_create_background_task(
+            self.hass, self._async_run_text(run, text, previous), f"xiaozhi_local text {self.device.mac}"
         )
 
-    async def _async_run_text(self, connection: DeviceConnection, text: str) -> None:
-        """The pipeline from the intent stage, as ``async_accept_pipeline_from_satellite`` runs it."""
-        self._run_connection = connection
-        await self._cancel_running_pipeline()
+    async def _async_run_text(self, run: _Run, text: str, previous: _Run | None) -> None:
+        """The pipeline from the intent stage, as ``async_accept_pipeline_from_satellite`` runs it.
+
+        HA 2026.10/11 has no public way for a satellite to run the pipeline from text, so this
+        runs ``PipelineInput`` itself, with the base class's event hook (which sets the entity's
+        state), its pipeline choice and its extra system prompt (``start_conversation``). The run
+        is this satellite's own task, so a disconnect, an abort or a new turn cancels it.
+        """
+        await self._async_after(previous)
+        if run.cancelled:
+            return
+        run.connection.touch()
+        self._send_to(run, voice.stt(text))  # clients draw the user's line from it
+        pipeline = self._pipeline()
+        run.text_only = not pipeline.tts_engine
         context = Context()
         self.async_set_context(context)
-        with chat_session.async_get_chat_session(self.hass, self._conversation_id) as session:
-            self._conversation_id = session.conversation_id
-            pipeline_input = PipelineInput(
-                run=PipelineRun(
-                    self.hass,
-                    context=context,
-                    pipeline=async_get_pipeline(self.hass, self._resolve_pipeline()),
-                    start_stage=PipelineStage.INTENT,
-                    end_stage=PipelineStage.TTS,
-                    event_callback=self._internal_on_pipeline_event,
-                    tts_audio_output=self.tts_options,
-                ),
-                session=session,
-                intent_input=text,
-                device_id=self.registry_entry.device_id if self.registry_entry else None,
-                satellite_id=self.entity_id,
-            )
-            try:
-                await pipeline_input.validate()
-                await pipeline_input.execute()
-            except Exception:
-                _LOGGER.exception("Device %s: the text pipeline failed", self.device.mac)
+        extra_system_prompt, self._extra_system_prompt = self._extra_system_prompt, None
+        self._events_for = run
+        try:
+            with chat_session.async_get_chat_session(self.hass, self._conversation_id) as session:
+                self._conversation_id = session.conversation_id
+                pipeline_input = PipelineInput(
+                    run=PipelineRun(
+                        self.hass,
+                        context=context,
+                        pipeline=pipeline,
+                        start_stage=PipelineStage.INTENT,
+                        end_stage=PipelineStage.INTENT if run.text_only else PipelineStage.TTS,
+                        event_callback=self._internal_on_pipeline_event,
+                        tts_audio_output=self.tts_options,
+                    ),
+                    session=session,
+                    intent_input=text,
+                    conversation_extra_system_prompt=extra_system_prompt,
+                    device_id=self.registry_entry.device_id if self.registry_entry else None,
+                    satellite_id=self.entity_id,
+                )
+                await pipeline_input.execute(validate=True)
+        except Exception:
+            _LOGGER.exception("Device %s: the text pipeline failed", self.device.mac)
+        finally:
+            if self._events_for is run:
+                self._events_for = None
+            if run.tts_task is None and not run.cancelled:
+                self._finished(run)
 
     def _abort(self, connection: DeviceConnection, reason: Any) -> None:
-        """Barge-in: stop speaking at once (``tts stop`` follows); a wake word starts a new turn next."""
-        _LOGGER.debug("Device %s: abort (%s)", self.device.mac, reason)
-        self._cancel_tts()
-        if self._turn is not None and self._turn.connection is connection:
-            self._turn.end_audio()
+        """The device interrupts: whatever runs on this connection stops, answered or not.
 
-    def _cancel_tts(self) -> None:
-        if self._tts_task is not None and not self._tts_task.done():
-            self._tts_task.cancel()
+        While listening, the partial audio is dropped (not answered). While speaking, the speech
+        stops (``tts stop`` follows). A ``listen start`` after it starts the next turn.
+        """
+        _LOGGER.debug("Device %s: abort (%s)", self.device.mac, reason)
+        run = self._run
+        if run is not None and run.connection is connection:
+            self._end_run(run)
+
+    @callback
+    def _cannot_serve(self, run: _Run, assistant: str, missing: list[str]) -> None:
+        """The assistant lacks speech-to-text or text-to-speech: one alert, then the conversation ends.
+
+        Not re-armed: no ``tts start``/``stop`` (that would make an auto-mode device listen again,
+        and loop). One warning per assistant and lack, and a repair that points to its settings.
+        """
+        run.cannot_serve = True
+        async_pipeline_incomplete(self.hass, assistant, missing)
+        what = " and ".join({"stt": "speech-to-text", "tts": "text-to-speech"}.get(m, m) for m in missing)
+        self._send_to(run, voice.alert(f"The assistant {assistant} has no {what}. Set it up in Home Assistant."))
+        self._end_run(run)
+        self.hass.async_create_task(run.connection.async_close(f"assistant {assistant} has no {what}"))
 
     # -- pipeline events → device messages -----------------------------------------------------
 
-    def _send(self, message: dict[str, Any]) -> None:
+    def _send_to(self, run: _Run, message: dict[str, Any]) -> None:
         """In order: each send starts at once (eager), and the socket writes whole frames in order."""
-        connection = self._run_connection
-        if connection is not None:
-            self.hass.async_create_task(connection.async_send_json(message), eager_start=True)
+        self.hass.async_create_task(run.connection.async_send_json(message), eager_start=True)
 
-    def _send_ai(self, kind: str, content: str) -> None:
+    def _send_ai(self, run: _Run, kind: str, content: str) -> None:
         """``mcp/ai/message`` for registerTools clients (the connection ignores it for others)."""
-        connection = self._run_connection
-        if connection is not None and connection.session.registered and content:
+        connection = run.connection
+        if connection.session.registered and content:
             self.hass.async_create_task(connection.async_send_ai_message(kind, content), eager_start=True)
 
-    def _stream_reply(self, delta: Any) -> None:
+    def _stream_reply(self, run: _Run, delta: Any) -> None:
         """A chat log delta: the assistant's text as ``chunk``, its reasoning as ``thought``."""
         if not isinstance(delta, dict):
             return
         if isinstance(role := delta.get("role"), str):
-            self._reply_role = role
-        if self._reply_role != "assistant":
+            run.reply_role = role
+        if run.reply_role != "assistant":
             return  # tool calls and their results are not the reply
         if isinstance(thinking := delta.get("thinking_content"), str):
-            self._send_ai("thought", thinking)
+            self._send_ai(run, "thought", thinking)
         if isinstance(content := delta.get("content"), str) and content:
-            self._reply_streamed = True
-            self._send_ai("chunk", content)
+            run.reply_streamed = True
+            self._send_ai(run, "chunk", content)
 
     def on_pipeline_event(self, event: PipelineEvent) -> None:
-        """Tell the device what the pipeline does."""
+        """Tell the device what the pipeline does (events of a cancelled run are dropped)."""
+        run = self._events_for
+        if run is None or run.cancelled or run.cannot_serve:
+            return
         data = event.data or {}
-        turn = self._turn
+        turn = run.turn
         match event.type:
             case PipelineEventType.RUN_START:
-                self._tts_token = (data.get("tts_output") or {}).get("token")
-                self._tts_started = False
-                self._tts_text = None
-                self._continue = False
-                self._reply_role = None
-                self._reply_streamed = False
+                run.tts_token = (data.get("tts_output") or {}).get("token")
             case PipelineEventType.STT_VAD_START:
                 if turn is not None:
                     turn.heard_speech = True
@@ -404,80 +566,86 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             case PipelineEventType.STT_END:
                 if turn is not None:
                     turn.end_audio()
-                text = ((data.get("stt_output") or {}).get("text")) or ""
-                self._send(voice.stt(text))
+                self._send_to(run, voice.stt(((data.get("stt_output") or {}).get("text")) or ""))
             case PipelineEventType.INTENT_START:
-                self._send(voice.llm(voice.EMOTION_THINKING))
+                self._send_to(run, voice.llm(voice.EMOTION_THINKING))
             case PipelineEventType.INTENT_PROGRESS:
-                if data.get("tts_start_streaming") and self._tts_token and not self._tts_started:
-                    self._start_tts(self._tts_token)
-                self._stream_reply(data.get("chat_log_delta"))
+                if data.get("tts_start_streaming") and run.tts_token and not run.tts_started:
+                    self._start_tts(run, run.tts_token)
+                self._stream_reply(run, data.get("chat_log_delta"))
             case PipelineEventType.INTENT_END:
                 output = data.get("intent_output") or {}
                 speech = _speech_text(output)
-                if not self._reply_streamed:
-                    self._send_ai("chunk", speech)  # an agent that does not stream: one chunk
-                self._send_ai("final", speech)
-                self._continue = bool(output.get("continue_conversation"))
+                if not run.reply_streamed:
+                    self._send_ai(run, "chunk", speech)  # an agent that does not stream: one chunk
+                self._send_ai(run, "final", speech)
+                run.continue_conversation = bool(output.get("continue_conversation"))
                 response_type = ((output.get("response") or {}).get("response_type")) or ""
                 emotion = {"error": voice.EMOTION_CONFUSED, "action_done": voice.EMOTION_DONE}.get(
                     response_type, voice.EMOTION_ANSWER
                 )
-                self._send(voice.llm(emotion))
+                self._send_to(run, voice.llm(emotion))
+                if run.text_only:  # no text-to-speech: the reply is shown, not spoken
+                    run.tts_text = speech or None
+                    self._start_tts(run, None)
             case PipelineEventType.TTS_START:
-                self._tts_text = data.get("tts_input") or None
+                run.tts_text = data.get("tts_input") or None
             case PipelineEventType.TTS_END:
                 token = (data.get("tts_output") or {}).get("token")
-                if not self._tts_started and token:
-                    self._start_tts(token)
+                if not run.tts_started and token:
+                    self._start_tts(run, token)
             case PipelineEventType.ERROR:
-                if turn is not None:
-                    turn.end_audio()
-                code = data.get("code")
-                if code == "duplicate_wake_up_detected":
-                    # Another box in the room heard the same wake word and answers: end quietly.
-                    if self._run_connection is not None:
-                        self.hass.async_create_task(self._run_connection.async_close("another device answers"))
-                elif code not in QUIET_ERRORS:
-                    message = str(data.get("message") or code or "error")
-                    self._send(voice.alert(message))
+                self._on_pipeline_error(run, data)
             case PipelineEventType.RUN_END:
-                if not self._tts_started:
+                if not run.tts_started and not run.cannot_serve:
                     # No speech to play: a tts start/stop pair brings the device back to
                     # listening (auto) or idle (manual), as after any answer.
-                    self._start_tts(None)
+                    self._start_tts(run, None)
 
-    def _start_tts(self, token: str | None) -> None:
-        self._tts_started = True
-        connection = self._run_connection
-        if connection is None:
-            return
-        source = self._tts_pcm(token) if token else None
-        self._tts_task = self._config_entry().async_create_background_task(
-            self.hass, self._async_play(connection, source, respond=True), f"xiaozhi_local tts {self.device.mac}"
+    def _on_pipeline_error(self, run: _Run, data: dict[str, Any]) -> None:
+        if run.turn is not None:
+            run.turn.end_audio()
+        code = data.get("code")
+        message = str(data.get("message") or code or "error")
+        if code == "duplicate_wake_up_detected":
+            # Another box in the room heard the same wake word and answers: end quietly.
+            self._end_run(run)
+            self.hass.async_create_task(run.connection.async_close("another device answers"))
+        elif code in CANNOT_SERVE:
+            pipeline = self._pipeline()
+            missing = (
+                {"stt-provider-missing": ["stt"], "stt-provider-unsupported-metadata": ["stt"]}.get(str(code))
+                or (["tts"] if code == "tts-not-supported" or "text-to-speech" in message else None)
+                or [kind for kind, engine in (("stt", pipeline.stt_engine), ("tts", pipeline.tts_engine)) if not engine]
+                or ["stt"]
+            )
+            self._cannot_serve(run, pipeline.name, missing)
+        elif code not in QUIET_ERRORS:
+            self._send_to(run, voice.alert(message))
+
+    def _start_tts(self, run: _Run, token: str | None) -> None:
+        run.tts_started = True
+        async_pipeline_served(self.hass)
+        source = tts_pcm(self.hass, token) if token else None
+        run.tts_task = self._config_entry().async_create_background_task(
+            self.hass, self._async_play(run, source, respond=True), f"xiaozhi_local tts {self.device.mac}"
         )
 
-    async def _tts_pcm(self, token: str) -> AsyncIterator[bytes]:
-        stream = tts.async_get_stream(self.hass, token)
-        if stream is None:
-            raise HomeAssistantError(f"TTS stream {token} not found")
-        async for pcm in _wav_pcm(stream.async_stream_result()):
-            yield pcm
-
-    async def _async_play(
-        self, connection: DeviceConnection, source: AsyncIterator[bytes] | None, *, respond: bool
-    ) -> None:
+    async def _async_play(self, run: _Run, source: AsyncIterator[bytes] | None, *, respond: bool) -> None:
         """``tts start``, paced Opus, sentences as they are heard, then always ``tts stop``."""
+        connection = run.connection
         loop = asyncio.get_running_loop()
         await connection.async_send_json(voice.tts_start())
         shown = 0
         try:
             if source is None:
+                await self._show_sentences(run, shown, float("inf"))  # typed text without speech
                 return
 
             async def send(packet: bytes, offset_ms: int) -> bool:
                 nonlocal shown
-                shown = await self._show_sentences(connection, shown, offset_ms / 1000)
+                shown = await self._show_sentences(run, shown, offset_ms / 1000)
+                connection.touch()
                 return await connection.async_send_audio(packet, offset_ms)
 
             pacer = Pacer(
@@ -485,32 +653,26 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             )
             async for pcm in source:
                 await pacer.feed(pcm)
-            await self._show_sentences(connection, shown, float("inf"))
+            await self._show_sentences(run, shown, float("inf"))
             await pacer.finish()  # returns once the device has played it all
         except (ConnectionError, AudioError, HomeAssistantError) as err:
             _LOGGER.warning("Device %s: speech stopped: %s", self.device.mac, err)
         finally:
             await connection.async_send_json(voice.tts_stop())
-            if respond:
+            connection.touch()
+            if respond and not run.cancelled:
                 self.tts_response_finished()
-                self._after_answer(connection)
+                self._finished(run)
 
-    async def _show_sentences(self, connection: DeviceConnection, shown: int, heard: float) -> int:
+    async def _show_sentences(self, run: _Run, shown: int, heard: float) -> int:
         """``tts sentence_start`` for each sentence whose (estimated) time has come."""
-        sentences = split_sentences(self._tts_text or "")
+        sentences = split_sentences(run.tts_text or "")
         offset = sum(speech_seconds(s) for s in sentences[:shown])
         while shown < len(sentences) and offset <= heard:
-            await connection.async_send_json(voice.tts_sentence(sentences[shown]))
+            await run.connection.async_send_json(voice.tts_sentence(sentences[shown]))
             offset += speech_seconds(sentences[shown])
             shown += 1
         return shown
-
-    @callback
-    def _after_answer(self, connection: DeviceConnection) -> None:
-        """Manual mode without a follow-up: the conversation is over; close it now."""
-        turn = self._turn
-        if turn is not None and turn.connection is connection and turn.mode == "manual" and not self._continue:
-            self.hass.async_create_task(connection.async_close("conversation ended"))
 
     # -- announcements -------------------------------------------------------------------------
 
@@ -532,21 +694,21 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
     async def async_announce(self, announcement: AssistSatelliteAnnouncement) -> None:
         """Speak it now, blocking until it has been played. The device must be connected."""
         connection = self._connection_or_raise()
-        self._cancel_tts()
-        self._run_connection = connection
+        run = _Run(connection)
+        self._begin(run)
         sources: list[Callable[[], AsyncIterator[bytes]]] = []
         if announcement.preannounce_media_id:
-            url = self._full_url(announcement.preannounce_media_id)
-            sources.append(lambda: _ffmpeg_pcm(self.hass, url))
+            url = full_url(self.hass, announcement.preannounce_media_id)
+            sources.append(lambda: ffmpeg_pcm(self.hass, url))
         if announcement.media_id_source == "tts" and announcement.tts_token:
             token = announcement.tts_token
-            sources.append(lambda: self._tts_pcm(token))
+            sources.append(lambda: tts_pcm(self.hass, token))
         else:
-            url = self._full_url(announcement.media_id)
-            sources.append(lambda: _ffmpeg_pcm(self.hass, url))
-        self._tts_text = announcement.message or None
-        self._send_ai("chunk", announcement.message)
-        self._send_ai("final", announcement.message)
+            url = full_url(self.hass, announcement.media_id)
+            sources.append(lambda: ffmpeg_pcm(self.hass, url))
+        run.tts_text = announcement.message or None
+        self._send_ai(run, "chunk", announcement.message)
+        self._send_ai(run, "final", announcement.message)
 
         async def chained() -> AsyncIterator[bytes]:
             for make in sources:
@@ -555,28 +717,20 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
 
         # Its own task: a barge-in cancels the playback, never the caller (the action).
         task = self._config_entry().async_create_background_task(
-            self.hass,
-            self._async_play(connection, chained(), respond=False),
-            f"xiaozhi_local announce {self.device.mac}",
+            self.hass, self._async_play(run, chained(), respond=False), f"xiaozhi_local announce {self.device.mac}"
         )
-        self._tts_task = task
+        run.tts_task = task
         try:
             await asyncio.wait({task})  # returns when it is played (or interrupted)
         except asyncio.CancelledError:
             task.cancel()
             raise
+        finally:
+            self._finished(run)
 
     async def async_start_conversation(self, start_announcement: AssistSatelliteAnnouncement) -> None:
         """Speak, then the device listens: in auto mode ``tts stop`` makes it open its microphone."""
         await self.async_announce(start_announcement)
-
-    def _full_url(self, media: str) -> str:
-        if not media.startswith("/"):
-            return media
-        try:
-            return get_url(self.hass, prefer_external=False) + media
-        except NoURLAvailableError:
-            return f"http://127.0.0.1:{self.hass.http.server_port}{media}"
 
 
 def _speech_text(intent_output: Any) -> str:
@@ -586,50 +740,3 @@ def _speech_text(intent_output: Any) -> str:
     except KeyError, TypeError:
         return ""
     return speech if isinstance(speech, str) else ""
-
-
-async def _wav_pcm(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """A WAV byte stream → s16 mono PCM at the downlink rate (resampled only when needed)."""
-    wav = WavStream()
-    resampler: Resampler | None = None
-    async for chunk in chunks:
-        pcm = wav.feed(chunk)
-        if not pcm:
-            continue
-        fmt = wav.format
-        assert fmt is not None
-        if fmt.sample_rate != DOWNLINK_SAMPLE_RATE or fmt.channels != 1:
-            if resampler is None:
-                resampler = Resampler(fmt.sample_rate, fmt.channels, DOWNLINK_SAMPLE_RATE)
-            pcm = resampler.convert(pcm)
-        yield pcm
-
-
-async def _ffmpeg_pcm(hass: HomeAssistant, url: str) -> AsyncIterator[bytes]:
-    """Any media URL → s16 mono PCM at the downlink rate, by HA's ffmpeg (as Wyoming does)."""
-    process = await asyncio.create_subprocess_exec(
-        get_ffmpeg_manager(hass).binary,
-        "-nostdin",
-        "-loglevel",
-        "error",
-        "-i",
-        url,
-        "-f",
-        "s16le",
-        "-ac",
-        "1",
-        "-ar",
-        str(DOWNLINK_SAMPLE_RATE),
-        "pipe:",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    try:
-        while chunk := await process.stdout.read(8192):
-            yield chunk
-    finally:
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-        await process.wait()

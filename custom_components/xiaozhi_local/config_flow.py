@@ -17,10 +17,12 @@ import probatio as vol
 from .const import (
     CONF_ACCEPT_WITHOUT_CODE,
     CONF_AI_TASK_ENTITY,
+    CONF_IDLE_TIMEOUT,
     CONF_MAC,
     CONF_SILENCE_TIMEOUT,
     CONF_TOKEN,
     CONF_WEBSOCKET_URL,
+    DEFAULT_IDLE_TIMEOUT,
     DEFAULT_SILENCE_TIMEOUT,
     DOMAIN,
     SUBENTRY_DEVICE,
@@ -160,6 +162,7 @@ class XiaozhiOptionsFlow(OptionsFlow):
                         CONF_ACCEPT_WITHOUT_CODE: user_input[CONF_ACCEPT_WITHOUT_CODE],
                         CONF_WEBSOCKET_URL: url,
                         CONF_SILENCE_TIMEOUT: int(user_input[CONF_SILENCE_TIMEOUT]),
+                        CONF_IDLE_TIMEOUT: int(user_input.get(CONF_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)),
                         CONF_AI_TASK_ENTITY: user_input.get(CONF_AI_TASK_ENTITY) or "",
                     }
                 )
@@ -173,6 +176,11 @@ class XiaozhiOptionsFlow(OptionsFlow):
                 vol.Required(CONF_SILENCE_TIMEOUT, default=DEFAULT_SILENCE_TIMEOUT): selector.NumberSelector(
                     selector.NumberSelectorConfig(
                         min=5, max=300, step=1, unit_of_measurement="s", mode=selector.NumberSelectorMode.BOX
+                    )
+                ),
+                vol.Required(CONF_IDLE_TIMEOUT, default=DEFAULT_IDLE_TIMEOUT): selector.NumberSelector(
+                    selector.NumberSelectorConfig(
+                        min=30, max=3600, step=1, unit_of_measurement="s", mode=selector.NumberSelectorMode.BOX
                     )
                 ),
             }

@@ -7,7 +7,8 @@ import logging
 from typing import Any
 
 from aiohttp import WSMsgType, web
-from homeassistant.core import HomeAssistant, callback
+from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
+from homeassistant.helpers.event import async_call_later
 
 from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION, EVENT_TOOL_ERROR, FLOOD_LIMIT, FRAME_BURST, FRAME_RATE
 from .device import XiaozhiDevice
@@ -62,6 +63,8 @@ class DeviceConnection:
         self._refilled = 0.0
         self.missed_pings = 0
         self._discovery: asyncio.Task[None] | None = None
+        self.listen_mode: str | None = None  # of its last listen start (continuous clients stream on)
+        self._cancel_idle: CALLBACK_TYPE | None = None
 
     async def run(self) -> None:
         """Receive until the connection ends; always leaves the device detached."""
@@ -109,7 +112,28 @@ class DeviceConnection:
                 await self._async_close_ws(1000, "")
 
     @callback
+    def touch(self) -> None:
+        """Voice activity: the conversation goes on (an armed idle close is called off)."""
+        if self._cancel_idle is not None:
+            self._cancel_idle()
+            self._cancel_idle = None
+
+    @callback
+    def arm_idle(self, seconds: float) -> None:
+        """The conversation is over: close the socket after ``seconds`` without voice activity."""
+        self.touch()
+
+        @callback
+        def idle(_now: Any) -> None:
+            self._cancel_idle = None
+            _LOGGER.debug("Device %s idle for %s s; closing its connection", self.device.mac, seconds)
+            self.hass.async_create_task(self.async_close("idle"))
+
+        self._cancel_idle = async_call_later(self.hass, seconds, idle)
+
+    @callback
     def _cleanup(self) -> None:
+        self.touch()  # no idle timer outlives the connection
         self.session.close(f"device {self.device.mac} disconnected")
         if self._discovery is not None:
             self._discovery.cancel()  # also a settings/status round still running

@@ -15,6 +15,13 @@ CONF_AI_TASK_ENTITY: Final = "ai_task_entity"
 CONF_SILENCE_TIMEOUT: Final = "silence_timeout"
 DEFAULT_SILENCE_TIMEOUT: Final = 20
 """Seconds a listening device may stay silent before the conversation is ended (socket closed)."""
+CONF_IDLE_TIMEOUT: Final = "idle_timeout"
+DEFAULT_IDLE_TIMEOUT: Final = 300
+"""Seconds a manual-mode device's socket stays open after its conversation (its tools stay callable).
+The firmware keeps an idle socket while it hears from the server every 120 s: the status refresh
+(every 60 s) does that."""
+AUDIO_GAP_TIMEOUT: Final = 3.0
+"""Seconds without any audio packet after speech began before an auto/realtime utterance ends."""
 
 SUBENTRY_DEVICE: Final = "device"
 CONF_MAC: Final = "mac"

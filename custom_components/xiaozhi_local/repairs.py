@@ -5,13 +5,17 @@
 - ``ffmpeg_missing``: the ``ffmpeg`` program is not installed: the voice satellite cannot speak.
 - ``wrong_token``: a paired device keeps presenting a wrong token (it was re-flashed or its token
   was regenerated without it rebooting; or someone is guessing).
+- ``pipeline_incomplete``: a device's assistant has no speech-to-text or text-to-speech, so it
+  cannot answer the device (a fresh Home Assistant's default assistant has neither).
 """
 
+import logging
 import shutil
 
 from homeassistant.components.ffmpeg import get_ffmpeg_manager
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers import issue_registry as ir
+from homeassistant.util.hass_dict import HassKey
 from yarl import URL
 
 from .const import CONF_WEBSOCKET_URL, DOMAIN
@@ -23,7 +27,11 @@ ISSUE_WRONG_TOKEN = "wrong_token"
 WRONG_TOKEN_LIMIT = 5
 """Refused connections in a row, with a paired MAC, before the user is told."""
 
+ISSUE_PIPELINE_INCOMPLETE = "pipeline_incomplete"
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
+_LOGGER = logging.getLogger(__name__)
+_WARNED: HassKey[set[tuple[str, str]]] = HassKey(f"{DOMAIN}_pipeline_warned")
+"""(assistant, what it lacks) already logged, per Home Assistant instance."""
 
 
 @callback
@@ -86,3 +94,38 @@ def async_wrong_token(hass: HomeAssistant, mac: str, name: str, refusals: int) -
 def async_token_accepted(hass: HomeAssistant, mac: str) -> None:
     """The device got in: its wrong-token issue, if any, is over."""
     ir.async_delete_issue(hass, DOMAIN, f"{ISSUE_WRONG_TOKEN}_{mac}")
+
+
+@callback
+def async_pipeline_incomplete(hass: HomeAssistant, assistant: str, missing: list[str]) -> None:
+    """A device's assistant cannot serve it: one warning per assistant and lack, and a repair."""
+    lacks = "_".join(kind for kind in ("stt", "tts") if kind in missing) or "stt"
+    warned = hass.data.setdefault(_WARNED, set())
+    if (assistant, lacks) not in warned:
+        warned.add((assistant, lacks))
+        _LOGGER.warning(
+            "The assistant %s has no %s, so xiaozhi devices that use it cannot be answered; "
+            "set it up under Settings → Voice assistants",
+            assistant,
+            {"stt": "speech-to-text", "tts": "text-to-speech"}.get(lacks, "speech-to-text or text-to-speech"),
+        )
+    for other in ("stt", "tts", "stt_tts"):
+        if other != lacks:
+            ir.async_delete_issue(hass, DOMAIN, f"{ISSUE_PIPELINE_INCOMPLETE}_{other}")
+    ir.async_create_issue(
+        hass,
+        DOMAIN,
+        f"{ISSUE_PIPELINE_INCOMPLETE}_{lacks}",
+        is_fixable=False,
+        severity=ir.IssueSeverity.WARNING,
+        translation_key=f"{ISSUE_PIPELINE_INCOMPLETE}_{lacks}",
+        translation_placeholders={"assistant": assistant},
+        learn_more_url="/config/voice-assistants/assistants",
+    )
+
+
+@callback
+def async_pipeline_served(hass: HomeAssistant) -> None:
+    """A device was answered: whatever assistant it uses works now."""
+    for lacks in ("stt", "tts", "stt_tts"):
+        ir.async_delete_issue(hass, DOMAIN, f"{ISSUE_PIPELINE_INCOMPLETE}_{lacks}")
