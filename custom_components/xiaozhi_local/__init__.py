@@ -8,7 +8,7 @@ from homeassistant.helpers import config_validation as cv, llm as llm_helper
 from homeassistant.helpers.typing import ConfigType
 
 from .const import DOMAIN
-from .http import XiaozhiWebSocketView
+from .http import XiaozhiWebSocketView, register_open_view
 from .hub import XiaozhiConfigEntry, XiaozhiHub
 from .llm import API_NAME, XiaozhiDevicesAPI
 from .ota import XiaozhiActivateView, XiaozhiOtaView
@@ -33,9 +33,8 @@ PLATFORMS = [
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     """Register the device endpoint and the actions, once (routes cannot be removed)."""
     hass.http.register_view(XiaozhiWebSocketView())
-    hass.http.register_view(XiaozhiOtaView())
-    hass.http.register_view(XiaozhiActivateView())
-    hass.http.register_view(XiaozhiVisionView())
+    for view in (XiaozhiOtaView(), XiaozhiActivateView(), XiaozhiVisionView()):
+        register_open_view(hass, view)  # browser test pages make these requests too (CORS)
     llm_helper.async_register_api(hass, XiaozhiDevicesAPI(hass=hass, id=DOMAIN, name=API_NAME))
     async_setup_services(hass)
     return True

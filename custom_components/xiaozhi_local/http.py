@@ -1,11 +1,13 @@
-"""The device WebSocket endpoint, a view on HA's own HTTP server."""
+"""The device WebSocket endpoint, a view on HA's own HTTP server; refusals; views open to browser pages."""
 
+from collections.abc import Awaitable, Callable
 import logging
 
 from aiohttp import web
 from aiohttp.web_exceptions import HTTPNotFound, HTTPServiceUnavailable
 from homeassistant.components.http.ban import process_wrong_login
-from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers.http import KEY_HASS, HomeAssistantView, request_handler_factory
 
 from .connection import CLOSE_TIMEOUT, ClientInfo, DeviceConnection
 from .const import MAX_CONNECTION_MESSAGE, WS_PATH
@@ -125,3 +127,63 @@ async def async_refuse(request: web.Request, why: Refused, mac: str | None) -> w
     }
     await process_wrong_login(request.clone(rel_url=request.rel_url.with_query(query)))
     return _unauthorized()
+
+
+CORS_HEADERS = (
+    "Content-Type",
+    "Device-Id",
+    "Client-Id",
+    "Activation-Version",
+    "Accept-Language",
+    "Serial-Number",
+    "Authorization",
+    "Protocol-Version",
+)
+"""What the devices' headers are: a browser page (the xinnan server's test page) sends them too."""
+
+type Handler = Callable[..., Awaitable[web.StreamResponse]]
+
+
+def _open(handler: Handler) -> Handler:
+    """The handler, its answers readable by a page of any origin."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        response = await handler(request)
+        response.headers["Access-Control-Allow-Origin"] = "*"
+        return response
+
+    return handle
+
+
+async def _preflight(request: web.Request) -> web.Response:
+    """A browser asks whether a page may POST with the device headers: it may, from any origin.
+
+    Nothing here needs a cookie or HA login (the endpoints authenticate the device themselves),
+    so ``*`` opens nothing that a client on the network could not do anyway.
+    """
+    return web.Response(
+        status=204,
+        headers={
+            "Access-Control-Allow-Origin": "*",
+            "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+            "Access-Control-Allow-Headers": ", ".join(CORS_HEADERS),
+            "Access-Control-Max-Age": "86400",
+        },
+    )
+
+
+def register_open_view(hass: HomeAssistant, view: HomeAssistantView) -> None:
+    """Register ``view`` as ``hass.http.register_view`` does, but open to browser pages (CORS).
+
+    HA puts every view behind its configured CORS origins (only its cast page, by default), and
+    those allow none of the device headers: a test page opened from a file or another host could
+    not make its OTA request at all. So the routes are added here, with HA's own request wrapper
+    (its login, ban and error handling stay), and a preflight answer of their own.
+    """
+    router = hass.http.app.router
+    for url in (view.url, *view.extra_urls):
+        assert url is not None
+        for method in ("get", "post"):
+            if (handler := getattr(view, method, None)) is not None:
+                router.add_route(method.upper(), url, request_handler_factory(hass, view, _open(handler)))
+        router.add_route("OPTIONS", url, _preflight)
