@@ -231,3 +231,22 @@ async def test_discovery_timeout(
     assert "could not list its tools" in caplog.text
     with pytest.raises(ServiceValidationError):
         await call(hass, "self.get_device_status")
+
+
+@pytest.mark.parametrize("firmware", ["2.4.2", "2.5.0"])
+async def test_both_firmware_generations_give_the_same_clear_errors(
+    hass: HomeAssistant, make_device: DeviceFactory, firmware: str
+) -> None:
+    """2.5 answers with JSON-RPC codes and refuses a wrongly typed argument; 2.4.2 calls it missing."""
+    device = await make_device(firmware_version=firmware)
+    xdev = hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC]
+    await wait_settled(xdev)
+    with pytest.raises(HomeAssistantError) as unknown:
+        await xdev.async_press("self.no_such_tool")
+    assert unknown.value.translation_key == "unknown_tool"
+    with pytest.raises(HomeAssistantError) as typed:
+        await xdev.async_press("self.audio_speaker.set_volume", {"volume": "loud"})
+    assert typed.value.translation_key == "invalid_arguments"
+    assert "volume" in (typed.value.translation_placeholders or {})["errors"]
+    errors = [reply["error"] for reply in device.mcp.replies if "error" in reply]
+    assert all(("code" in error) is (firmware == "2.5.0") for error in errors)

@@ -127,7 +127,7 @@ async def test_errors_come_back_as_error_results(
     assert bad.data["details"] == ["arguments.volume must be at most 100"]
     assert len(sim.mcp.calls) == before  # nothing was sent
     refused = await api.async_call_tool(llm.ToolInput("xiaozhi_local__self_ir_send_named", {"name": "radio"}))
-    assert refused == llm.ToolResult(data={"error": "未找到红外编码: radio"}, error=True)
+    assert refused == llm.ToolResult(data={"error": "未找到红外编码: radio", "kind": "failed"}, error=True)
     # The device leaves; a request from it (e.g. a follow-up) gets an error result that says so.
     await sim.drop()
     hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data

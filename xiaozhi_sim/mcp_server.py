@@ -19,7 +19,23 @@ type ToolValue = bool | int | str | dict[str, Any]
 
 
 class ToolError(Exception):
-    """A tool failed; the text becomes the error message (or an ``isError`` result)."""
+    """A tool failed; the text becomes the error message (or an ``isError`` result).
+
+    ``code`` is what firmware 2.5 adds to its errors (2.4.2 sends none).
+    """
+
+    def __init__(self, message: str, code: int = -32603) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _is_v25(version: str) -> bool:
+    """Firmware 2.5 or newer (``2.5.0``, ``2.10.1``)."""
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (2, 5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +137,10 @@ class McpServer:
         try:
             reply = {"jsonrpc": "2.0", "id": rid, "result": await self._dispatch(method, params or {})}
         except ToolError as err:
-            reply = {"jsonrpc": "2.0", "id": rid, "error": {"message": str(err)}}
+            error: dict[str, Any] = {"message": str(err)}
+            if _is_v25(self.firmware_version):  # 2.5 answers with JSON-RPC codes
+                error = {"code": err.code, "message": str(err)}
+            reply = {"jsonrpc": "2.0", "id": rid, "error": error}
         self.replies.append(reply)
         return reply
 
@@ -145,7 +164,7 @@ class McpServer:
             return self._list(params)
         if method == "tools/call":
             return await self._call(params)
-        raise ToolError(f"Method not implemented: {method}")
+        raise ToolError(f"Method not implemented: {method}", -32601)
 
     def _list(self, params: dict[str, Any]) -> dict[str, Any]:
         cursor = params.get("cursor", "")
@@ -184,7 +203,7 @@ class McpServer:
             raise ToolError("Missing name")
         tool = self.find(name)
         if tool is None:
-            raise ToolError(f"Unknown tool: {name}")
+            raise ToolError(f"Unknown tool: {name}", -32602)
         arguments = params.get("arguments", {})
         if not isinstance(arguments, dict):
             raise ToolError("Invalid arguments")
@@ -202,8 +221,12 @@ class McpServer:
                 prop.type == "string" and isinstance(value, str)
             ):
                 args[prop.name] = value
-            elif prop.default is not None:  # a value of the wrong type counts as missing
+            elif value is not None and _is_v25(self.firmware_version):  # 2.5: a wrong type is an error
+                raise ToolError(f"Invalid type for argument: {prop.name}", -32602)
+            elif prop.default is not None:  # 2.4.2: a value of the wrong type counts as missing
                 args[prop.name] = prop.default
+            elif _is_v25(self.firmware_version):
+                raise ToolError(f"Missing required argument: {prop.name}", -32602)
             else:
                 raise ToolError(f"Missing valid argument: {prop.name}")
         self.calls.append((name, args))

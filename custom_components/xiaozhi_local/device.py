@@ -101,6 +101,15 @@ def translated_error(key: str, **placeholders: str) -> HomeAssistantError:
     return HomeAssistantError(translation_domain=DOMAIN, translation_key=key, translation_placeholders=placeholders)
 
 
+def remote_error(err: McpRemoteError, device: str, tool: str) -> HomeAssistantError:
+    """The device's error as the user reads it, the same for both firmware generations."""
+    if err.kind == "unknown_tool":
+        return translated_error("unknown_tool", device=device, tool=tool)
+    if err.kind == "invalid_arguments":
+        return translated_error("invalid_arguments", device=device, tool=tool, errors=err.message)
+    return translated_error("device_error", device=device, tool=tool, message=err.message)
+
+
 class XiaozhiDevice:
     """One paired device (a config subentry of the hub)."""
 
@@ -391,7 +400,7 @@ class XiaozhiDevice:
         except DeviceOfflineError:
             raise translated_error("device_offline", device=self.name) from None
         except McpRemoteError as err:
-            raise translated_error("device_error", device=self.name, tool=tool, message=err.message) from None
+            raise remote_error(err, self.name, tool) from None
         except McpError as err:
             raise translated_error("device_error", device=self.name, tool=tool, message=str(err)) from None
         if result.text.strip() == "false":
@@ -404,6 +413,6 @@ class XiaozhiDevice:
         try:
             return await self.async_call_tool(tool, arguments or {}, DEFAULT_CALL_TIMEOUT)
         except McpRemoteError as err:
-            raise translated_error("device_error", device=self.name, tool=tool, message=err.message) from None
+            raise remote_error(err, self.name, tool) from None
         except McpError as err:
             raise translated_error("device_error", device=self.name, tool=tool, message=str(err)) from None

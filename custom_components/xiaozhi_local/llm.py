@@ -110,7 +110,7 @@ class XiaozhiTool(llm.Tool):
         try:
             result = await self.device.async_call_tool(self.tool.name, arguments, DEFAULT_CALL_TIMEOUT)
         except McpRemoteError as err:
-            return llm.ToolResult(data={"error": err.message}, error=True)
+            return llm.ToolResult(data={"error": err.message, "kind": err.kind}, error=True)
         except McpError as err:
             return llm.ToolResult(data={"error": str(err)}, error=True)
         parsed = result.json

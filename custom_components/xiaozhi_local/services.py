@@ -17,7 +17,7 @@ from .const import (
     DOMAIN,
     SERVICE_CALL_TOOL,
 )
-from .device import DeviceOfflineError, XiaozhiDevice, translated_error
+from .device import DeviceOfflineError, XiaozhiDevice, remote_error, translated_error
 from .hub import async_get_hub
 from .protocol.mcp import McpBusyError, McpConnectionError, McpRemoteError, McpTimeoutError, ToolResult
 from .protocol.schema import validate
@@ -78,7 +78,7 @@ async def _async_call_tool(call: ServiceCall) -> ServiceResponse:
     except McpRemoteError as err:
         if call.data[ATTR_RETURN_ERRORS]:
             return _response(err.result or ToolResult([{"type": "text", "text": err.message}]), is_error=True)
-        raise translated_error("device_error", **placeholders, message=err.message) from None
+        raise remote_error(err, device.name, name) from None
     except McpTimeoutError:
         raise translated_error("timeout", **placeholders) from None
     except McpBusyError:

@@ -49,6 +49,23 @@ class McpRemoteError(McpError):
         self.code = code
         self.result = result
 
+    @property
+    def kind(self) -> Literal["unknown_tool", "invalid_arguments", "failed"]:
+        """What went wrong, the same for both firmware generations.
+
+        2.4.2 sends no code: "Unknown tool: x", "Missing valid argument: x" (also for a value of
+        the wrong type). 2.5 sends -32602 with "Unknown tool: x", "Missing required argument: x"
+        or "Invalid type for argument: x", -32601 for a method it lacks, -32603 for a tool failure.
+        """
+        message = self.message.lower()
+        if message.startswith("unknown tool"):
+            return "unknown_tool"
+        if self.code == -32602 or message.startswith(("missing valid argument", "missing required argument")):
+            return "invalid_arguments"
+        if message.startswith("invalid type for argument"):
+            return "invalid_arguments"
+        return "failed"
+
 
 class McpTimeoutError(McpError):
     """The device did not answer in time."""
