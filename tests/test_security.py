@@ -491,3 +491,29 @@ async def test_an_expired_camera_token_is_not_a_guess(
         assert resp.status == 401
         assert failed_logins(hass) == counted
     await sim.drop()
+
+
+async def test_load_testers_join_without_a_code_only_while_the_hub_accepts_them(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> None:
+    """Written for other xiaozhi servers: ``?device-id=<any string>`` and no token."""
+    resp = await client.get(WS_PATH, params={"device-id": "load-tester-001"})
+    assert resp.status == 401  # the option is off: refused, as any client without a token
+    hass.config_entries.async_update_entry(setup_integration, options={"accept_without_code": True})
+    await hass.async_block_till_done()
+    for _ in range(2):  # paired at first contact, let in again with nothing but its id
+        ws = await client.ws_connect(WS_PATH, params={"device-id": "load-tester-001", "client-id": "c1"})
+        await ws.send_str('{"type":"hello"}')
+        assert (await ws.receive_json())["type"] == "hello"
+        await ws.close()
+    hub = setup_integration.runtime_data
+    (tester,) = [d for d in hub.devices.values() if d.name == "load-tester-001"]
+    assert tester.open
+    # A device paired the usual way never gets in without its token, option or not.
+    resp = await client.get(WS_PATH, params={"device-id": MAC})
+    assert resp.status == 401
+    assert failed_logins(hass) == 0  # no token is no guess
+    hass.config_entries.async_update_entry(setup_integration, options={"accept_without_code": False})
+    await hass.async_block_till_done()
+    resp = await client.get(WS_PATH, params={"device-id": "load-tester-001"})
+    assert resp.status == 401  # and once the option is off, not even it

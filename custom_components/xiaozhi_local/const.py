@@ -28,6 +28,8 @@ CONF_MAC: Final = "mac"
 CONF_TOKEN: Final = "token"
 CONF_CLIENT_ID: Final = "client_id"
 CONF_SERIAL: Final = "serial"
+CONF_OPEN: Final = "open"
+"""A device paired at first contact without a token (load testers; only while the hub accepts them)."""
 
 VISION_TOKEN_TTL: Final = 30 * 60.0
 """Seconds a per-connection camera upload token stays valid (it is not the device's main token)."""

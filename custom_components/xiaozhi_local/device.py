@@ -25,6 +25,7 @@ from homeassistant.util import dt as dt_util
 from .const import (
     CONF_CLIENT_ID,
     CONF_MAC,
+    CONF_OPEN,
     CONF_SERIAL,
     CONF_TOKEN,
     DEFAULT_CALL_TIMEOUT,
@@ -127,6 +128,7 @@ class XiaozhiDevice:
         self.mac: str = subentry.data[CONF_MAC]
         self.token: str = subentry.data[CONF_TOKEN]
         self.identity = _identity_of(subentry)
+        self.open = bool(subentry.data.get(CONF_OPEN))  # paired without a token (load testers)
         self.name = subentry.title
         self.connection: DeviceConnection | None = None
         self.voice: VoiceHandler | None = None  # the assist satellite, once it exists

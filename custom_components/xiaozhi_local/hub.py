@@ -4,6 +4,7 @@ import asyncio
 from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
+import hashlib
 import hmac
 import logging
 from types import MappingProxyType
@@ -21,6 +22,7 @@ from .const import (
     CONF_ACCEPT_WITHOUT_CODE,
     CONF_CLIENT_ID,
     CONF_MAC,
+    CONF_OPEN,
     CONF_TOKEN,
     CONF_WEBSOCKET_URL,
     DOMAIN,
@@ -32,6 +34,7 @@ from .const import (
 from .device import REPORT_SAVE_DELAY, XiaozhiDevice
 from .identities import IdentityJournal, token_hash
 from .pairing import AUTO_PAIR_PER_HOUR, DeviceReport, Identity, PairingManager, PendingDevice, RateLimit, new_token
+from .protocol.messages import normalize_mac
 from .repairs import async_token_accepted, async_wrong_token
 from .urls import websocket_url
 
@@ -217,6 +220,30 @@ class XiaozhiHub:
         return None
 
     @callback
+    def async_open_device(self, device_id: str, client_id: str | None) -> XiaozhiDevice | None:
+        """A client with a device id and no token, while the hub accepts devices without a code.
+
+        Load testers written for other xiaozhi servers connect with ``?device-id=<any string>``
+        only. Such a client is paired at first contact (within the hourly cap) and let in without
+        a token from then on, but only while the option is on, and never as a device that was
+        paired the usual way.
+        """
+        if not self.accept_without_code:
+            return None
+        mac = normalize_mac(device_id) or pseudo_mac(device_id)
+        if (device := self.devices.get(mac)) is not None:
+            return device if device.open else None
+        if not self._auto_pairing.allow():
+            self.log_once(
+                "auto_pair_limit", "More than %d new devices asked to join within an hour", AUTO_PAIR_PER_HOUR
+            )
+            return None
+        _LOGGER.warning(
+            "Pairing %s (%s) without a code or token (the hub accepts new devices without one)", device_id[:64], mac
+        )
+        return self.async_pair(mac, device_id[:64], Identity(client_id), open_=True)
+
+    @callback
     def async_request_pairing(self, mac: str, report: DeviceReport, source: str = "") -> PendingDevice:
         """A device asks to join (or a paired MAC with another identity): its code, and a card when new."""
         pending, new = self.pairing.request(mac, report, source)
@@ -239,13 +266,15 @@ class XiaozhiHub:
         return pending
 
     @callback
-    def async_pair(self, mac: str, title: str | None, identity: Identity) -> XiaozhiDevice:
+    def async_pair(self, mac: str, title: str | None, identity: Identity, *, open_: bool = False) -> XiaozhiDevice:
         """Make ``mac`` with ``identity`` a paired device: a new subentry with its own token.
 
         A paired MAC takes the new identity instead. If it had one before, this is another
         device (or a reset one): it gets a new token, and whoever holds the old one is out.
         """
         data: dict[str, Any] = {CONF_MAC: mac, CONF_TOKEN: new_token(), **identity.as_data()}
+        if open_:
+            data[CONF_OPEN] = True
         if (device := self.devices.get(mac)) is not None:
             subentry = self.entry.subentries[device.subentry_id]
             if not device.identity.client_id:
@@ -372,6 +401,12 @@ class XiaozhiHub:
         await asyncio.gather(*(conn.async_close(reason, code) for conn in list(self.connections)))
         await self._store.async_save(self._data_to_save())
         await self.identities.async_flush()
+
+
+def pseudo_mac(device_id: str) -> str:
+    """A stable, locally administered MAC for a device id that is no MAC (``load-tester-001``)."""
+    digest = hashlib.sha256(device_id.encode()).digest()
+    return ":".join(f"{b:02x}" for b in (0x02, *digest[:5]))
 
 
 def default_title(mac: str) -> str:
