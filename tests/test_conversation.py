@@ -91,6 +91,7 @@ async def test_a_disconnect_while_listening_ends_the_run(
         await device.drop()
         await wait_state(hass, "idle")
         assert satellite(hass)._run is None
+        await hass.async_block_till_done(wait_background_tasks=True)  # the cancelled run winds down
     device = await make()
     device.relisten = False
     await device.say(speech_pcm(), mode=mode)
