@@ -12,9 +12,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 from homeassistant.components.assist_pipeline.pipeline import async_get_pipeline, async_update_pipeline
-from homeassistant.core import HomeAssistant, callback
+from homeassistant.core import HomeAssistant
 from homeassistant.helpers import issue_registry as ir
-from homeassistant.helpers.event import async_track_state_change_event
 from homeassistant.util import dt as dt_util
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
@@ -24,28 +23,10 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.voice import UPLINK_RATE, MicEncoder, frame
 
 from .conftest import MAC, TOKEN, wait_settled, ws_url
-from .test_voice import kinds, tts_stops
+from .test_voice import kinds, tts_stops, wait_state
 from .voice import Voice, speech_pcm
 
 SATELLITE = "assist_satellite.kitchen"
-
-
-async def wait_state(hass: HomeAssistant, state: str, entity_id: str = SATELLITE) -> None:
-    """Until the entity has ``state`` (woken by each state write)."""
-    changed = asyncio.Event()
-
-    @callback
-    def wake(_event: Any) -> None:
-        changed.set()
-
-    unsub = async_track_state_change_event(hass, [entity_id], wake)
-    try:
-        async with asyncio.timeout(10):
-            while (current := hass.states.get(entity_id)) is None or current.state != state:
-                changed.clear()
-                await changed.wait()
-    finally:
-        unsub()
 
 
 def satellite(hass: HomeAssistant) -> Any:
@@ -87,9 +68,9 @@ async def test_a_disconnect_while_listening_ends_the_run(
     for _ in range(4):
         device = await make()
         await speak_part(device, 1.0, mode)
-        await wait_state(hass, "listening")
+        await wait_state(hass, SATELLITE, "listening")
         await device.drop()
-        await wait_state(hass, "idle")
+        await wait_state(hass, SATELLITE, "idle")
         assert satellite(hass)._run is None
         await hass.async_block_till_done(wait_background_tasks=True)  # the cancelled run winds down
     device = await make()
@@ -100,7 +81,7 @@ async def test_a_disconnect_while_listening_ends_the_run(
     assert [k for k in kinds(device) if k.startswith("tts:")].count("tts:start") == 1
     assert ready.agent.inputs[-1].text.startswith("heard ")
     assert len(ready.agent.inputs) == 1  # none of the dropped turns was answered
-    await wait_state(hass, "idle")
+    await wait_state(hass, SATELLITE, "idle")
 
 
 async def test_barge_in_in_manual_mode_starts_the_new_turn(hass: HomeAssistant, ready: Voice, make: Any) -> None:
@@ -118,9 +99,9 @@ async def test_barge_in_in_manual_mode_starts_the_new_turn(hass: HomeAssistant, 
 async def test_abort_while_listening_cancels_the_turn(hass: HomeAssistant, ready: Voice, make: Any) -> None:
     device = await make()
     await speak_part(device, 1.2)
-    await wait_state(hass, "listening")
+    await wait_state(hass, SATELLITE, "listening")
     await device.abort()
-    await wait_state(hass, "idle")
+    await wait_state(hass, SATELLITE, "idle")
     device.relisten = False
     await device.say(speech_pcm())
     await tts_stops(device)
@@ -148,7 +129,7 @@ async def test_a_microphone_that_stops_sending_ends_the_utterance(hass: HomeAssi
     device = await make()
     device.relisten = False
     await speak_part(device, 1.5)  # cut off mid-speech: no trailing silence, no listen stop
-    await wait_state(hass, "listening")
+    await wait_state(hass, SATELLITE, "listening")
     await asyncio.sleep(0)
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=5))
     await tts_stops(device)
@@ -181,7 +162,7 @@ async def test_a_typed_run_can_be_cancelled(hass: HomeAssistant, ready: Voice, m
     await device.type_text("a long question")
     await device.wait_message(lambda m: m.get("type") == "llm", timeout=10)
     await device.abort()
-    await wait_state(hass, "idle")
+    await wait_state(hass, SATELLITE, "idle")
     release.set()
     await hass.async_block_till_done()
     assert kinds(device).count("tts:start") == 0  # cancelled: never answered

@@ -1,5 +1,6 @@
 """Config flows: the hub, discovered devices (spoken-code pairing), hub options, "Add device"."""
 
+from collections.abc import Callable
 from typing import Any
 
 from homeassistant.config_entries import (
@@ -27,8 +28,8 @@ from .const import (
     DOMAIN,
     SUBENTRY_DEVICE,
 )
-from .hub import async_get_hub, default_title
-from .pairing import CheckResult, new_token
+from .hub import XiaozhiHub, async_get_hub, default_title
+from .pairing import CheckResult, PendingDevice, new_token
 from .protocol.messages import normalize_mac
 from .urls import ota_url, websocket_url
 
@@ -96,20 +97,13 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
         hub = async_get_hub(self.hass)
         if hub is None:
             return self.async_abort(reason="not_loaded")
-        errors: dict[str, str] = {}
-        if user_input is not None:
-            result, pending = hub.pairing.check(self._mac, user_input[CONF_CODE])
-            if pending is not None:
-                device = hub.async_pair(self._mac, _name(user_input), pending.report.identity)
-                return self.async_abort(reason="paired", description_placeholders={"name": device.name})
-            if result is CheckResult.UNKNOWN:
-                return self.async_abort(reason="not_pending")
-            errors[CONF_CODE] = result.value
-        return self.async_show_form(
-            step_id="pair",
-            data_schema=self.add_suggested_values_to_schema(CODE_SCHEMA, user_input),
-            errors=errors,
-            description_placeholders={"mac": self._mac},
+
+        def paired(pending: PendingDevice) -> ConfigFlowResult:
+            device = hub.async_pair(self._mac, _name(user_input or {}), pending.report.identity)
+            return self.async_abort(reason="paired", description_placeholders={"name": device.name})
+
+        return self._code_form(
+            hub, "pair", CODE_SCHEMA, user_input=user_input, placeholders={"mac": self._mac}, paired=paired
         )
 
     async def async_step_pair_again(self, user_input: dict[str, Any] | None = None) -> ConfigFlowResult:
@@ -117,20 +111,40 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
         hub = async_get_hub(self.hass)
         if hub is None or (device := hub.devices.get(self._mac)) is None:
             return self.async_abort(reason="not_loaded" if hub is None else "not_pending")
+
+        def paired(pending: PendingDevice) -> ConfigFlowResult:
+            hub.async_pair(self._mac, None, pending.report.identity)
+            return self.async_abort(reason="paired_again", description_placeholders={"name": device.name})
+
+        placeholders = {"mac": self._mac, "name": device.name}
+        return self._code_form(
+            hub, "pair_again", AGAIN_SCHEMA, user_input=user_input, placeholders=placeholders, paired=paired
+        )
+
+    def _code_form(
+        self,
+        hub: XiaozhiHub,
+        step_id: str,
+        schema: vol.Schema,
+        *,
+        user_input: dict[str, Any] | None,
+        placeholders: dict[str, str],
+        paired: Callable[[PendingDevice], ConfigFlowResult],
+    ) -> ConfigFlowResult:
+        """The code typed for this card's MAC: whichever identity of it heard the code is ``paired``."""
         errors: dict[str, str] = {}
         if user_input is not None:
             result, pending = hub.pairing.check(self._mac, user_input[CONF_CODE])
             if pending is not None:
-                hub.async_pair(self._mac, None, pending.report.identity)
-                return self.async_abort(reason="paired_again", description_placeholders={"name": device.name})
+                return paired(pending)
             if result is CheckResult.UNKNOWN:
                 return self.async_abort(reason="not_pending")
             errors[CONF_CODE] = result.value
         return self.async_show_form(
-            step_id="pair_again",
-            data_schema=self.add_suggested_values_to_schema(AGAIN_SCHEMA, user_input),
+            step_id=step_id,
+            data_schema=self.add_suggested_values_to_schema(schema, user_input),
             errors=errors,
-            description_placeholders={"mac": self._mac, "name": device.name},
+            description_placeholders=placeholders,
         )
 
     @staticmethod
