@@ -235,3 +235,39 @@ async def test_typed_text_gets_its_reply_as_text_without_text_to_speech(
     shown = [m["text"] for m in device.log if m.get("state") == "sentence_start"]
     assert shown == ["The kitchen light is on.", "Anything else?"]
     assert device.audio == []  # shown, not spoken
+
+
+async def test_the_xinnan_test_page_pairs_and_answers_typed_text(
+    hass: HomeAssistant, no_speech_engines: Voice, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> None:
+    """The page's own sequence (``ota-connector.js``, ``websocket.js``): OTA, query auth, its hello, its
+    wake-up messages, typed text. On a Home Assistant whose assistant has no speech engines yet."""
+    from custom_components.xiaozhi_local.const import OTA_PATH, WS_PATH
+
+    hass.config_entries.async_update_entry(setup_integration, options={"accept_without_code": True})
+    await hass.async_block_till_done()
+    page_mac, page_client = "02:11:22:33:44:55", "web_test_client_1"
+    resp = await client.post(
+        OTA_PATH,
+        json={"version": 0, "uuid": "", "mac_address": page_mac, "board": {"type": "xiaozhi-web-test"}},
+        headers={"Device-Id": page_mac, "Client-Id": page_client},
+    )
+    websocket = (await resp.json())["websocket"]
+    assert websocket["token"]
+    params = {"authorization": f"Bearer {websocket['token']}", "device-id": page_mac, "client-id": page_client}
+    async with client.ws_connect(WS_PATH, params=params) as ws:
+        await ws.send_json({"type": "hello", "device_id": page_mac, "features": {"mcp": True, "emoji": True}})
+        hello = await ws.receive_json()
+        assert hello["type"] == "hello"
+        assert hello["session_id"]
+        sid = hello["session_id"]
+        await ws.send_json({"session_id": sid, "type": "listen", "state": "detect", "text": "嘿，你好呀"})
+        await ws.send_json({"session_id": sid, "type": "listen", "state": "start", "mode": "auto"})
+        await ws.send_json({"type": "listen", "state": "detect", "text": "what time is it"})
+        seen: list[dict[str, Any]] = []
+        while not (seen and seen[-1].get("type") == "tts" and seen[-1].get("state") == "stop"):
+            message = await ws.receive_json(timeout=10)
+            if message.get("type") != "mcp":
+                seen.append(message)
+    assert seen[0] == {"type": "stt", "text": "what time is it"}
+    assert any(m.get("state") == "sentence_start" for m in seen)  # shown as text: no TTS yet

@@ -388,7 +388,9 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         pipeline = self._pipeline()
         missing = [kind for kind, engine in (("stt", pipeline.stt_engine), ("tts", pipeline.tts_engine)) if not engine]
         if missing:
-            self._cannot_serve(run, pipeline.name, missing)
+            # Say so once a microphone streams (a page that only sent listen start may type instead).
+            if await turn.queue.get() is not None and not run.cancelled:
+                self._cannot_serve(run, pipeline.name, missing)
             return
 
         async def pcm() -> AsyncIterator[bytes]:
