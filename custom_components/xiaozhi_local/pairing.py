@@ -147,8 +147,19 @@ class CheckResult(StrEnum):
 
 @dataclass(slots=True)
 class _Lock:
+    """Wrong codes in a row: ``MAX_FAILURES`` of them lock code entry for ``LOCKOUT`` seconds."""
+
     failures: int = 0
     until: float = 0.0
+
+    def fail(self, now: float) -> CheckResult:
+        """One more wrong code."""
+        self.failures += 1
+        if self.failures < MAX_FAILURES:
+            return CheckResult.WRONG
+        self.failures = 0
+        self.until = now + LOCKOUT
+        return CheckResult.LOCKED
 
 
 @dataclass
@@ -163,8 +174,7 @@ class PairingManager:
     """Told the MAC of each device dropped unpaired (expired, or making room) once none of it waits."""
     _pending: dict[tuple[str, str], PendingDevice] = field(default_factory=dict)
     _locks: dict[str, _Lock] = field(default_factory=dict)  # wrong tries, by MAC
-    _code_failures: int = 0
-    _code_locked_until: float = 0.0
+    _code_lock: _Lock = field(default_factory=_Lock)  # "Add device": wrong codes count for the hub
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -228,12 +238,7 @@ class PairingManager:
         for pending in waiting:
             if secrets.compare_digest(pending.code, wanted):
                 return CheckResult.OK, pending
-        lock.failures += 1
-        if lock.failures >= MAX_FAILURES:
-            lock.failures = 0
-            lock.until = now + LOCKOUT
-            return CheckResult.LOCKED, None
-        return CheckResult.WRONG, None
+        return lock.fail(now), None
 
     def claim(self, code: str) -> tuple[CheckResult, PendingDevice | None]:
         """Find whose code this is, when it was typed without a device ("Add device").
@@ -243,20 +248,15 @@ class PairingManager:
         """
         self._expire()
         now = self.clock()
-        if self._code_locked_until > now:
+        if self._code_lock.until > now:
             return CheckResult.LOCKED, None
         wanted = _digits(code)
         for pending in self._pending.values():
             lock = self._locks.get(pending.mac)
             if (lock is None or lock.until <= now) and secrets.compare_digest(pending.code, wanted):
-                self._code_failures = 0
+                self._code_lock.failures = 0
                 return CheckResult.OK, pending
-        self._code_failures += 1
-        if self._code_failures >= MAX_FAILURES:
-            self._code_failures = 0
-            self._code_locked_until = now + LOCKOUT
-            return CheckResult.LOCKED, None
-        return CheckResult.WRONG, None
+        return self._code_lock.fail(now), None
 
     def remove(self, mac: str) -> None:
         """The device was paired (or forgotten): every identity waiting with its MAC goes."""
