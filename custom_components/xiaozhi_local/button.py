@@ -1,7 +1,6 @@
 """Buttons: restart, Wi-Fi reconfiguration, one per saved IR code, and plain argument-less tools."""
 
 from collections.abc import Callable, Iterable
-import logging
 
 from homeassistant.components.button import ButtonEntity, ButtonEntityDescription
 from homeassistant.const import EntityCategory
@@ -15,8 +14,6 @@ from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
 from .tool_map import BUTTONS, IR_LIST, IR_SEND, XiaozhiButtonDescription, ir_code_names, plain_buttons
-
-_LOGGER = logging.getLogger(__name__)
 
 PARALLEL_UPDATES = 1
 
@@ -61,12 +58,11 @@ async def async_setup_entry(
         for entity in stale:
             registry.async_remove(entity.entity_id)
         if stale:
-            _LOGGER.info(
-                "Device %s no longer has %s %s; removed their buttons: %s",
-                device.name,
-                gone,
-                ", ".join(entity.unique_id.removeprefix(prefix) for entity in stale[:20]),
-                ", ".join(entity.entity_id for entity in stale[:20]) + (" …" if len(stale) > 20 else ""),
+            # A warning the first time for the device (then debug): the user sees what went and why.
+            names = ", ".join(entity.unique_id.removeprefix(prefix) for entity in stale[:20])
+            entity_ids = ", ".join(entity.entity_id for entity in stale[:20]) + (" …" if len(stale) > 20 else "")
+            device.log.report(
+                f"removed_{kind}_buttons", f"no longer has {gone} {names}; removed their buttons: {entity_ids}"
             )
 
     @callback
