@@ -167,3 +167,11 @@ def test_readmes_cover_what_a_user_needs() -> None:
                 assert image.width >= 1000  # a real screenshot, not a placeholder
     assert pictures["README.md"] == pictures["README.zh-Hans.md"]
     assert len(pictures["README.md"]) >= 4
+
+
+def test_license_and_public_ci() -> None:
+    """An OSI licence, and a CI workflow that runs the project's CI plus hassfest and the HACS check."""
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+    workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
+    for step in ("bash .ci/run", "home-assistant/actions/hassfest", "hacs/action", "category: integration"):
+        assert step in workflow, step

@@ -64,7 +64,8 @@ _LOGGER = logging.getLogger(__name__)
 PARALLEL_UPDATES = 0
 
 TTS_LEAD: Final = 0.3
-"""Seconds of audio sent ahead of real time (the device queues 2.4 s and drops the rest)."""
+"""Seconds of audio sent ahead of real time. The device drops what its decode queue cannot hold:
+40 packets (2.4 s) on firmware 2.4, 20 (1.2 s) on 2.5; 0.3 s fits both."""
 FIRST_FRAME_GAP: Final = 0.08
 """Pause between ``tts start`` and the first packet: the device resets its queue on entering speaking."""
 WAKE_WORD_FOLLOW_UP: Final = 0.5
