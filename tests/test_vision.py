@@ -222,3 +222,16 @@ async def test_xiaozhi_sdk_uploads_without_device_id(
     )
     assert resp.status == 401
     await sim.drop()
+
+
+async def test_last_photo_before_the_first_photo_is_a_placeholder(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hass_client: Any
+) -> None:
+    """Before the camera took anything, the image answers with the icon, not HTTP 500."""
+    sim = await camera(hass, setup_integration, client)
+    authed = await hass_client()
+    resp = await authed.get("/api/image_proxy/image.kitchen_last_photo")
+    assert resp.status == 200
+    assert resp.content_type == "image/png"
+    assert (await resp.read()).startswith(b"\x89PNG")
+    await sim.drop()

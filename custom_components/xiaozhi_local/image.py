@@ -2,6 +2,7 @@
 
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from pathlib import Path
 
 from homeassistant.components.image import ImageEntity, ImageEntityDescription
 from homeassistant.core import HomeAssistant, callback
@@ -15,6 +16,7 @@ from .hub import XiaozhiConfigEntry
 PARALLEL_UPDATES = 0
 CAMERA_TOOL = "self.camera.take_photo"
 PHOTO = ImageEntityDescription(key="photo", translation_key="photo")
+PLACEHOLDER = Path(__file__).parent / "brand" / "icon.png"
 
 
 async def async_setup_entry(
@@ -32,8 +34,6 @@ async def async_setup_entry(
 
 class XiaozhiPhoto(XiaozhiEntity, ImageEntity):
     """What the device's camera saw last."""
-
-    _attr_content_type = "image/jpeg"
 
     def __init__(self, hass: HomeAssistant, device: XiaozhiDevice) -> None:
         XiaozhiEntity.__init__(self, device, PHOTO)
@@ -56,6 +56,13 @@ class XiaozhiPhoto(XiaozhiEntity, ImageEntity):
         """When the last photo arrived."""
         return self.device.photo_at
 
+    @property
+    def content_type(self) -> str:
+        """JPEG once the camera took a photo; until then the integration's icon (PNG) stands in."""
+        return "image/jpeg" if self.device.photo is not None else "image/png"
+
     async def async_image(self) -> bytes | None:
-        """The JPEG."""
-        return self.device.photo
+        """The JPEG; before the first photo, a placeholder (no image at all makes HA answer 500)."""
+        if self.device.photo is not None:
+            return self.device.photo
+        return await self.hass.async_add_executor_job(PLACEHOLDER.read_bytes)
