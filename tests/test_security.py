@@ -68,6 +68,15 @@ async def hub_url(hass: HomeAssistant, setup_integration: MockConfigEntry, clien
     return ws_url(client)
 
 
+async def boot_until_code(
+    device: SimulatedDevice, client: TestClient[Any, Any]
+) -> tuple[asyncio.Task[dict[str, Any]], str]:
+    """Boot through the OTA URL until the device speaks its code; the boot goes on (polling /activate)."""
+    spoken: asyncio.Queue[str] = asyncio.Queue()
+    boot = asyncio.create_task(device.boot(ota_url(client), FAST, on_code=lambda code, _m: spoken.put_nowait(code)))
+    return boot, await asyncio.wait_for(spoken.get(), 10)
+
+
 def firmware(client: TestClient[Any, Any], **kwargs: Any) -> SimulatedDevice:
     options: dict[str, Any] = {"url": "", "mac": MAC, "client_id": CLIENT_ID, "hello_timeout": 5} | kwargs
     return SimulatedDevice(SimulatorOptions(**options))
@@ -131,9 +140,7 @@ async def test_pair_again_with_the_code_the_new_identity_heard(
 ) -> None:
     """A reset device (new Client-Id): the user types its code on the card; it takes over with a new token."""
     reset = firmware(client, client_id="after-factory-reset")
-    spoken: asyncio.Queue[str] = asyncio.Queue()
-    boot = asyncio.create_task(reset.boot(ota_url(client), FAST, on_code=lambda code, _m: spoken.put_nowait(code)))
-    code = await asyncio.wait_for(spoken.get(), 10)
+    boot, code = await boot_until_code(reset, client)
     # A stranger naming the same MAC meanwhile gets another code, which does not pair anything.
     stranger_code = (await post_ota(client))["activation"]["code"]
     assert stranger_code != code
@@ -158,9 +165,7 @@ async def test_activation_v2_serial_number_is_part_of_the_identity(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
 ) -> None:
     device = firmware(client, mac=NEW_MAC, client_id="v2-board", serial_number="SN-A")
-    spoken: asyncio.Queue[str] = asyncio.Queue()
-    boot = asyncio.create_task(device.boot(ota_url(client), FAST, on_code=lambda code, _m: spoken.put_nowait(code)))
-    code = await asyncio.wait_for(spoken.get(), 10)
+    boot, code = await boot_until_code(device, client)
     await hass.async_block_till_done()
     (flow,) = hass.config_entries.flow.async_progress_by_handler(DOMAIN)
     await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
@@ -350,9 +355,7 @@ async def test_a_flood_does_not_push_out_the_device_being_paired(
     neighbour: ClientSession,
 ) -> None:
     device = firmware(client, mac=NEW_MAC, client_id="real")
-    spoken: asyncio.Queue[str] = asyncio.Queue()
-    boot = asyncio.create_task(device.boot(ota_url(client), FAST, on_code=lambda code, _m: spoken.put_nowait(code)))
-    code = await asyncio.wait_for(spoken.get(), 10)
+    boot, code = await boot_until_code(device, client)
     for i in range(300):
         headers = ota_headers(f"02:00:00:{i // 65536:02x}:{i // 256 % 256:02x}:{i % 256:02x}", client_id=f"f{i}")
         async with neighbour.post(ota_url(client), json={}, headers=headers) as resp:
@@ -378,9 +381,7 @@ async def test_the_token_is_on_disk_before_it_leaves(
 ) -> None:
     """Killed right after the OTA answer: the journal holds the token (HA's own save is still pending)."""
     device = firmware(client, mac=NEW_MAC, client_id="fresh")
-    spoken: asyncio.Queue[str] = asyncio.Queue()
-    boot = asyncio.create_task(device.boot(ota_url(client), FAST, on_code=lambda code, _m: spoken.put_nowait(code)))
-    code = await asyncio.wait_for(spoken.get(), 10)
+    boot, code = await boot_until_code(device, client)
     await hass.async_block_till_done()
     (flow,) = hass.config_entries.flow.async_progress_by_handler(DOMAIN)
     await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})

@@ -13,7 +13,7 @@ its timers) can reach another connection.
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import logging
 from typing import Any, Final
 
@@ -146,24 +146,15 @@ class _Run:
     text_only: bool = False  # typed text, and the assistant has no text-to-speech: the reply is shown
     cannot_serve: bool = False  # the assistant lacks what this needs: said once, conversation ended
     cancelled: bool = False
-    timers: list[CALLBACK_TYPE] = field(default_factory=list)
 
     def cancel(self) -> None:
-        """Stop everything of it: audio, pipeline, speech, timers."""
+        """Stop everything of it: audio (and the turn's timers), pipeline, speech."""
         self.cancelled = True
         if self.turn is not None:
             self.turn.end_audio()
         for task in (self.task, self.tts_task):
             if task is not None and not task.done():
                 task.cancel()
-        for cancel in self.timers:
-            cancel()
-        self.timers.clear()
-
-    @property
-    def listening(self) -> bool:
-        """Still taking the user's audio."""
-        return self.turn is not None and not self.turn.ended
 
 
 class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
@@ -321,9 +312,6 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         """
         if self._run is run:
             self._run = None
-        for cancel in run.timers:
-            cancel()
-        run.timers.clear()
         if run.turn is not None and run.turn.mode == "manual" and not run.continue_conversation:
             options = self._config_entry().options
             run.connection.arm_idle(float(options.get(CONF_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)))
@@ -387,8 +375,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         if run.cancelled:
             return
         pipeline = self._pipeline()
-        missing = [kind for kind, engine in (("stt", pipeline.stt_engine), ("tts", pipeline.tts_engine)) if not engine]
-        if missing:
+        if missing := _missing_engines(pipeline):
             # Say so once a microphone streams (a page that only sent listen start may type instead).
             if await turn.queue.get() is not None and not run.cancelled:
                 self._cannot_serve(run, pipeline.name, missing)
@@ -616,12 +603,8 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             self.hass.async_create_task(run.connection.async_close("another device answers"))
         elif code in CANNOT_SERVE:
             pipeline = self._pipeline()
-            missing = (
-                {"stt-provider-missing": ["stt"], "stt-provider-unsupported-metadata": ["stt"]}.get(str(code))
-                or (["tts"] if code == "tts-not-supported" or "text-to-speech" in message else None)
-                or [kind for kind, engine in (("stt", pipeline.stt_engine), ("tts", pipeline.tts_engine)) if not engine]
-                or ["stt"]
-            )
+            # An engine not chosen, or chosen but gone (its provider missing, or refusing our format).
+            missing = _missing_engines(pipeline) or (["tts"] if code == "tts-not-supported" else ["stt"])
             self._cannot_serve(run, pipeline.name, missing)
         elif code not in QUIET_ERRORS:
             self._send_to(run, voice.alert(message))
@@ -734,6 +717,11 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
     async def async_start_conversation(self, start_announcement: AssistSatelliteAnnouncement) -> None:
         """Speak, then the device listens: in auto mode ``tts stop`` makes it open its microphone."""
         await self.async_announce(start_announcement)
+
+
+def _missing_engines(pipeline: Pipeline) -> list[str]:
+    """What the assistant lacks of speech-to-text (``stt``) and text-to-speech (``tts``)."""
+    return [kind for kind, engine in (("stt", pipeline.stt_engine), ("tts", pipeline.tts_engine)) if not engine]
 
 
 def _speech_text(intent_output: Any) -> str:
