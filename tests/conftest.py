@@ -161,7 +161,13 @@ async def voice(hass: HomeAssistant) -> Voice:
 @pytest.fixture
 async def ready(
     hass: HomeAssistant, voice: Voice, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
-) -> Voice:
-    """The integration loaded, with the test providers as the preferred pipeline's engines."""
+) -> AsyncIterator[Voice]:
+    """The integration loaded, with the test providers as the preferred pipeline's engines.
+
+    At the end, work that a cancelled run left winding down (HA's TTS stops filling its cache a
+    moment after the device stopped listening) finishes before the harness looks for leftovers;
+    anything that never finishes still fails the test (by its timeout).
+    """
     await voice.async_use(hass)
-    return voice
+    yield voice
+    await hass.async_block_till_done(wait_background_tasks=True)
