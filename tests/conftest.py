@@ -1,7 +1,7 @@
 """Fixtures: a real test HA with the integration, and simulated devices over real WebSockets."""
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
@@ -13,10 +13,11 @@ from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-# Imported first, so HA mounts this repository's custom_components (see home-assistant.md §6).
+# Imported first, so HA mounts this repository's custom_components (before HA looks for custom integrations).
 import custom_components.xiaozhi_local  # noqa: F401
 from custom_components.xiaozhi_local.const import CONF_CLIENT_ID, CONF_MAC, CONF_TOKEN, DOMAIN, SUBENTRY_DEVICE, WS_PATH
 from custom_components.xiaozhi_local.device import XiaozhiDevice
+from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 if TYPE_CHECKING:
@@ -34,6 +35,17 @@ CLIENT_ID2 = "9c3e5b2a-0000-4000-8000-000000000002"
 @pytest.fixture(autouse=True)
 def auto_enable_custom_integrations(enable_custom_integrations: None) -> None:
     """Load custom integrations in every test."""
+
+
+@pytest.fixture(autouse=True)
+def mqtt_on_loopback(socket_enabled: None) -> Iterator[None]:
+    """The hub's MQTT+UDP endpoint (on by default) binds free loopback ports in tests."""
+    with (
+        patch.object(XiaozhiHub, "mqtt_bind_host", "127.0.0.1"),
+        patch("custom_components.xiaozhi_local.hub.DEFAULT_MQTT_PORT", 0),
+        patch("custom_components.xiaozhi_local.hub.DEFAULT_UDP_PORT", 0),
+    ):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -155,6 +155,7 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
             "websocket_url": " ws://10.0.0.2:8123/api/xiaozhi_local/v1/ ",
             "silence_timeout": 45,
             "idle_timeout": 600,
+            "mqtt": False,  # (on, it would bind the real port 1885 here)
         },
     )
     assert result["type"] is FlowResultType.CREATE_ENTRY
@@ -163,15 +164,31 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
     assert hub.websocket_url() == "ws://10.0.0.2:8123/api/xiaozhi_local/v1/"
     assert setup_integration.options["silence_timeout"] == 45
     result = await hass.config_entries.options.async_init(setup_integration.entry_id)
-    result = await hass.config_entries.options.async_configure(result["flow_id"], {"accept_without_code": False})
+    result = await hass.config_entries.options.async_configure(
+        result["flow_id"], {"accept_without_code": False, "mqtt": False}
+    )
     assert setup_integration.options == {
         "accept_without_code": False,
         "websocket_url": "",
         "silence_timeout": 20,
         "idle_timeout": 300,
         "ai_task_entity": "",
+        "mqtt": False,
+        "mqtt_port": 1885,
+        "udp_port": 1885,
     }
     assert hub.websocket_url() == websocket_url(hass)
+    # Port 8883 would make devices speak TLS to an endpoint that has none.
+    result = await hass.config_entries.options.async_init(setup_integration.entry_id)
+    result = await hass.config_entries.options.async_configure(
+        result["flow_id"], {"accept_without_code": False, "mqtt_port": 8883}
+    )
+    assert result["errors"] == {"mqtt_port": "tls_port"}
+    result = await hass.config_entries.options.async_configure(
+        result["flow_id"], {"accept_without_code": False, "mqtt": False}
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert hub.mqtt is None
 
 
 # -- "Add device" ---------------------------------------------------------------------------

@@ -242,8 +242,10 @@ async def test_buttons(hass: HomeAssistant, make_device: DeviceFactory) -> None:
     )
     assert ("self.ir.send_named", {"name": "tv_power"}) in device.mcp.calls
     await hass.services.async_call("button", "press", {"entity_id": entity_id(hass, "button:reboot")}, blocking=True)
-    assert device.rebooted
     await device.wait_closed()
+    assert device.rebooted
+    # The firmware's own command (every version obeys it), not the self.reboot tool of newer ones.
+    assert not any(name == "self.reboot" for name, _args in device.mcp.calls)
     await wait_for(hub_device(hass), lambda d: d.connection is None)
     with pytest.raises(HomeAssistantError) as err:
         await hass.services.async_call(
@@ -381,7 +383,16 @@ async def test_entities_follow_a_device_added_later(
     )
     await hass.async_block_till_done()
     assert {e.unique_id for e in device_entities(hass, mac)} == {
-        f"{mac}-{key}" for key in ("connected", "notification", "assist_satellite", "pipeline", "vad_sensitivity")
+        f"{mac}-{key}"
+        for key in (
+            "connected",
+            "notification",
+            "assist_satellite",
+            "pipeline",
+            "vad_sensitivity",
+            "reboot",
+            "transport",
+        )
     }
     from xiaozhi_sim import SimulatorOptions
 

@@ -43,7 +43,9 @@ def ota_headers(mac: str = NEW_MAC, language: str = "en-US", client_id: str = CL
 @pytest.fixture
 async def hub_url(hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]) -> str:
     """Devices are told the test server's WebSocket URL (the hub option)."""
-    hass.config_entries.async_update_entry(setup_integration, options={CONF_WEBSOCKET_URL: ws_url(client)})
+    hass.config_entries.async_update_entry(
+        setup_integration, options={CONF_WEBSOCKET_URL: ws_url(client), "mqtt": False}
+    )
     await hass.async_block_till_done()
     return ws_url(client)
 
@@ -263,7 +265,7 @@ async def test_accept_without_code(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     hass.config_entries.async_update_entry(
-        setup_integration, options={"accept_without_code": True, CONF_WEBSOCKET_URL: ws_url(client)}
+        setup_integration, options={"accept_without_code": True, CONF_WEBSOCKET_URL: ws_url(client), "mqtt": False}
     )
     await hass.async_block_till_done()
     device = new_device()

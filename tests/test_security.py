@@ -63,7 +63,9 @@ async def setup_integration(
 
 @pytest.fixture
 async def hub_url(hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]) -> str:
-    hass.config_entries.async_update_entry(setup_integration, options={CONF_WEBSOCKET_URL: ws_url(client)})
+    hass.config_entries.async_update_entry(
+        setup_integration, options={CONF_WEBSOCKET_URL: ws_url(client), "mqtt": False}
+    )
     await hass.async_block_till_done()
     return ws_url(client)
 

@@ -6,6 +6,7 @@ import logging
 import sys
 
 from .device import FLAVORS, DeviceCrashed, SimulatedDevice, SimulatorOptions
+from .mqtt import RECONNECT_INTERVAL, MqttDevice, MqttRefused
 from .register_client import RegisterClientOptions, RegisterToolsClient
 
 
@@ -40,6 +41,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="which client to be: stock firmware, py-xiaozhi, a browser page, or a mcp/registerTools client",
     )
     parser.add_argument("--reconnect", action="store_true", help="reconnect when the server closes (dev servers)")
+    parser.add_argument(
+        "--mqtt-reconnect",
+        type=float,
+        default=RECONNECT_INTERVAL,
+        metavar="S",
+        help="over MQTT: seconds before reconnecting after a disconnect (the firmware waits 60)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
 
@@ -85,7 +93,12 @@ async def run(args: argparse.Namespace) -> int:
     if args.client_id:
         options.client_id = args.client_id
     device = SimulatedDevice(options)  # one device: its NVS survives reconnects, as in flash
-    needs_boot = bool(args.ota)
+    if args.ota:
+        answer = await device.check_ota(args.ota, on_code=_print_code)
+        if "mqtt" in answer:  # the firmware then speaks MQTT+UDP (``InitializeProtocol``)
+            return await run_mqtt(args, options, answer["mqtt"])
+        device.use_websocket_settings()
+    needs_boot = False
     delay = 1.0
     while True:
         try:
@@ -111,6 +124,31 @@ async def run(args: argparse.Namespace) -> int:
         if not args.reconnect:
             return 0
         await asyncio.sleep(delay)
+
+
+async def run_mqtt(args: argparse.Namespace, options: SimulatorOptions, mqtt: dict[str, object]) -> int:
+    """Online from boot over MQTT, as the firmware is; reconnects while idle; audio only per conversation."""
+    device = MqttDevice(options, mqtt)
+    while True:
+        try:
+            await device.start()
+        except MqttRefused as err:
+            print(f"MQTT refused: {err}", file=sys.stderr)
+            return 1
+        except OSError as err:
+            print(f"MQTT connection failed: {err}", file=sys.stderr)
+            if not args.reconnect:
+                return 1
+        else:
+            print(f"connected as {options.mac} over MQTT (always online)", flush=True)
+            await device.wait_offline()
+            print("disconnected", flush=True)
+            if device.rebooted:
+                print("rebooting", flush=True)
+                return await run(args)  # power-cycle: the OTA check runs again
+            if not args.reconnect:
+                return 0
+        await asyncio.sleep(args.mqtt_reconnect)
 
 
 def main(argv: list[str] | None = None) -> int:

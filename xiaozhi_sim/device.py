@@ -237,21 +237,32 @@ class SimulatedDevice:
         """The boot-time OTA check, then the WebSocket settings it stored are used.
 
         Returns the last OTA answer; ``self.ota`` keeps the client (its log, the codes it spoke).
-        Raises OtaError, or RuntimeError when the answer switched the device to MQTT.
+        Raises OtaError, or RuntimeError when the answer switched the device to MQTT (this
+        device speaks WebSocket only; ``xiaozhi_sim.mqtt.MqttDevice`` speaks both).
         """
+        answer = await self.check_ota(ota_url, timing, on_code)
+        if "mqtt" in answer:
+            raise RuntimeError("the OTA answer carried mqtt: the device would switch to MQTT")
+        self.use_websocket_settings()
+        return answer
+
+    async def check_ota(
+        self, ota_url: str, timing: OtaTiming | None = None, on_code: Callable[[str, str], None] | None = None
+    ) -> dict[str, Any]:
+        """The boot-time OTA check (with activation); what it answered last is stored in NVS."""
         client = OtaClient(self, ota_url, timing, on_code)
         self.ota = client
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-            answer = await client.run(session)
-        if "mqtt" in self.nvs:
-            raise RuntimeError("the OTA answer carried mqtt: the device would switch to MQTT")
+            return await client.run(session)
+
+    def use_websocket_settings(self) -> None:
+        """Take the WebSocket URL, token and version the OTA answers stored."""
         websocket = self.nvs.get("websocket", {})
         if not isinstance(websocket.get("url"), str):
             raise OtaError("no WebSocket URL stored")
         self.options.url = websocket["url"]
         self.options.token = str(websocket.get("token", ""))
         self.options.protocol_version = int(websocket.get("version", 1))
-        return answer
 
     async def open(self) -> None:
         """Open the socket without saying hello (tests of what happens before a hello)."""
@@ -311,35 +322,39 @@ class SimulatedDevice:
             async for frame in self._ws:
                 if isinstance(frame, bytes):
                     self._on_audio(frame)
-                    continue
-                try:
-                    msg = json.loads(frame)
-                except ValueError:
-                    continue
-                if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
-                    continue  # "Missing message type"
-                if msg["type"] == "mcp":
-                    if isinstance(msg.get("payload"), dict):
-                        self.mcp_requests.append(msg["payload"])
-                        if self.on_mcp_request:
-                            self.on_mcp_request(msg["payload"])
-                        # The firmware runs tool calls on its main task, one after another.
-                        reply = await self.mcp.handle(msg["payload"])
-                        if reply is not None:
-                            await self.send_json({"session_id": self.session_id, "type": "mcp", "payload": reply})
-                elif msg["type"] == "hello":
-                    self._handle_hello_candidate(frame)
                 else:
-                    if msg["type"] == "system" and msg.get("command") == "reboot":
-                        self._schedule_reboot()
-                    if msg["type"] == "tts":
-                        await self._on_tts(msg)
-                    self.log.append(msg)
-                    self._logged.set()
+                    await self._on_text(frame)
         except ConnectionClosed:
             pass
         finally:
             self.closed.set()
+
+    async def _on_text(self, frame: str) -> None:
+        """One JSON message from the server, handled as ``Application::OnIncomingJson`` does."""
+        try:
+            msg = json.loads(frame)
+        except ValueError:
+            return
+        if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+            return  # "Missing message type"
+        if msg["type"] == "mcp":
+            if isinstance(msg.get("payload"), dict):
+                self.mcp_requests.append(msg["payload"])
+                if self.on_mcp_request:
+                    self.on_mcp_request(msg["payload"])
+                # The firmware runs tool calls on its main task, one after another.
+                reply = await self.mcp.handle(msg["payload"])
+                if reply is not None:
+                    await self.send_json({"session_id": self.session_id, "type": "mcp", "payload": reply})
+        elif msg["type"] == "hello":
+            self._handle_hello_candidate(frame)
+        else:
+            if msg["type"] == "system" and msg.get("command") == "reboot":
+                self._schedule_reboot()
+            if msg["type"] == "tts":
+                await self._on_tts(msg)
+            self.log.append(msg)
+            self._logged.set()
 
     # -- voice --------------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
     hub.async_sync_devices()
     hub.async_start()
     entry.runtime_data = hub
+    await hub.async_start_mqtt()
     entry.async_on_unload(entry.add_update_listener(_async_entry_updated))
     await hass.config_entries.async_forward_entry_setups(entry, PLATFORMS)
 
@@ -72,6 +73,7 @@ async def _async_entry_updated(hass: HomeAssistant, entry: XiaozhiConfigEntry) -
     """Devices added, changed or removed: applied without dropping the other connections."""
     entry.runtime_data.async_sync_devices()
     async_check_url(hass, dict(entry.options))
+    await entry.runtime_data.async_start_mqtt()  # ports or the choice may have changed
 
 
 async def async_unload_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:

@@ -12,6 +12,7 @@ its timers) can reach another connection.
 """
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 import logging
@@ -33,6 +34,7 @@ from homeassistant.components.assist_satellite import (
     AssistSatelliteEntityFeature,
     AssistSatelliteWakeWord,
 )
+from homeassistant.components.intent import TimerEventType, TimerInfo, async_register_timer_handler
 from homeassistant.core import CALLBACK_TYPE, Context, HomeAssistant, callback
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import chat_session, entity_registry as er
@@ -40,7 +42,6 @@ from homeassistant.helpers.entity import EntityDescription
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from homeassistant.helpers.event import async_call_later
 
-from .connection import DeviceConnection
 from .const import (
     AUDIO_GAP_TIMEOUT,
     CONF_IDLE_TIMEOUT,
@@ -52,6 +53,7 @@ from .const import (
 from .device import XiaozhiDevice, translated_error
 from .entity import XiaozhiEntity, async_setup_device_entities
 from .hub import XiaozhiConfigEntry
+from .link import DeviceLink
 from .media import ffmpeg_pcm, full_url, tts_pcm
 from .protocol import voice
 from .protocol.audio import AudioError, OpusDecoder, OpusEncoder, Pacer, split_sentences
@@ -60,6 +62,11 @@ from .protocol.voice import VoiceError, is_wake_phrase, parse_listen, speech_sec
 from .repairs import async_pipeline_incomplete, async_pipeline_served
 
 _LOGGER = logging.getLogger(__name__)
+
+EARLY_AUDIO_PACKETS: Final = 16
+EARLY_AUDIO_WINDOW: Final = 1.0
+"""Audio over UDP that arrived up to this many seconds before its ``listen start`` (sent over
+MQTT, a different path) belongs to the turn that starts: the first word is not cut off."""
 
 PARALLEL_UPDATES = 0
 
@@ -133,7 +140,7 @@ class _Turn:
 class _Run:
     """One exchange on one connection: a listening turn, typed text, or an announcement."""
 
-    connection: DeviceConnection
+    connection: DeviceLink
     turn: _Turn | None = None
     task: asyncio.Task[None] | None = None  # the pipeline (a turn or typed text)
     tts_task: asyncio.Task[None] | None = None
@@ -173,12 +180,17 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         self._run: _Run | None = None  # the current exchange
         self._events_for: _Run | None = None  # the run whose pipeline is executing (its events are its own)
         self._wake_phrase: str | None = None
-        self._deferred_detect: tuple[str, CALLBACK_TYPE, DeviceConnection] | None = None
+        self._deferred_detect: tuple[str, CALLBACK_TYPE, DeviceLink] | None = None
+        self._early_audio: deque[tuple[DeviceLink, float, bytes]] = deque(maxlen=EARLY_AUDIO_PACKETS)
 
     async def async_added_to_hass(self) -> None:
-        """Take the device's voice."""
+        """Take the device's voice; handle the timers set by talking to it."""
         await super().async_added_to_hass()
         self.device.voice = self
+        device_id = self.registry_entry.device_id if self.registry_entry is not None else None
+        if device_id:
+            # Without a handler for the device, HA answers "timers are not supported on this device".
+            self.async_on_remove(async_register_timer_handler(self.hass, device_id, self._on_timer))
 
         @callback
         def release() -> None:
@@ -217,9 +229,25 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         if config.active_wake_words not in ([], [ON_DEVICE_WAKE_WORD.id]):
             raise translated_error("wake_word_fixed")
 
+    @callback
+    def _on_timer(self, event_type: TimerEventType, timer: TimerInfo) -> None:
+        """A timer of this device rang: it shows and sounds (an ``alert``, on either transport, idle or not).
+
+        Started, changed and cancelled timers need nothing: the spoken answer said so.
+        """
+        if event_type != TimerEventType.FINISHED:
+            return
+        connection = self.device.connection
+        if connection is None:
+            _LOGGER.warning("Device %s is offline; its timer %s finished unheard", self.device.mac, timer.name or "")
+            return
+        self.hass.async_create_task(
+            connection.async_send_json(voice.timer_finished(timer.name, timer.created_seconds, timer.language))
+        )
+
     # -- what the device sends (VoiceHandler) ---------------------------------------------------
 
-    def on_control(self, connection: DeviceConnection, message: ControlMessage) -> None:
+    def on_control(self, connection: DeviceLink, message: ControlMessage) -> None:
         """``listen start|stop|detect`` and ``abort``."""
         connection.touch()
         if message.type == "abort":
@@ -246,7 +274,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         else:
             self._defer_detect(connection, listen.text)
 
-    def on_audio(self, connection: DeviceConnection, packet: bytes) -> None:
+    def on_audio(self, connection: DeviceLink, packet: bytes) -> None:
         """Uplink Opus → PCM for the running turn; a streaming client's next utterance starts the next."""
         connection.touch()
         run = self._run
@@ -257,8 +285,14 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             run = self._run
         turn = run.turn if run is not None and run.connection is connection else None
         if turn is None or turn.ended:
-            connection.log.report("audio_outside_turn", "dropped audio outside a listening turn")
+            if connection.transport_name == "websocket":  # in order with listen start: really outside
+                connection.log.report("audio_outside_turn", "dropped audio outside a listening turn")
+            else:  # UDP may overtake the listen start sent over MQTT: kept a moment for the turn
+                self._early_audio.append((connection, self.hass.loop.time(), packet))
             return
+        self._feed(connection, turn, packet)
+
+    def _feed(self, connection: DeviceLink, turn: _Turn, packet: bytes) -> None:
         try:
             pcm = turn.decoder.decode(packet)
         except AudioError as err:
@@ -272,7 +306,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         except asyncio.QueueFull:
             connection.log.report("audio_queue_full", "the pipeline is not keeping up; dropped audio")
 
-    def on_disconnect(self, connection: DeviceConnection) -> None:
+    def on_disconnect(self, connection: DeviceLink) -> None:
         """The connection ended: its run ends at once, and nothing of it reaches another connection."""
         if self._deferred_detect is not None and self._deferred_detect[2] is connection:
             self._cancel_deferred_detect()
@@ -316,7 +350,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             options = self._config_entry().options
             run.connection.arm_idle(float(options.get(CONF_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)))
 
-    def _defer_detect(self, connection: DeviceConnection, text: str) -> None:
+    def _defer_detect(self, connection: DeviceLink, text: str) -> None:
         """Decide what a ``listen detect`` text that is no known wake phrase means.
 
         A custom wake word if ``listen start`` follows at once (the firmware sends both back to
@@ -339,7 +373,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         cancel()
         return text
 
-    def _start_turn(self, connection: DeviceConnection, mode: str) -> None:
+    def _start_turn(self, connection: DeviceLink, mode: str) -> None:
         if (custom_wake_word := self._cancel_deferred_detect()) is not None:
             self._wake_phrase = custom_wake_word
         connection.listen_mode = mode
@@ -358,6 +392,11 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         run.task = self._config_entry().async_create_background_task(
             self.hass, self._async_run_turn(run, wake_phrase, previous), f"xiaozhi_local turn {self.device.mac}"
         )
+        early, self._early_audio = self._early_audio, deque(maxlen=EARLY_AUDIO_PACKETS)
+        recent = self.hass.loop.time() - EARLY_AUDIO_WINDOW
+        for source, at, packet in early:
+            if source is connection and at >= recent:
+                self._feed(connection, turn, packet)
 
     async def _async_after(self, previous: _Run | None) -> None:
         """Until the replaced run's pipeline has really stopped (its late events are not ours)."""
@@ -409,7 +448,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         if self._run is run and not turn.heard_speech:
             _LOGGER.debug("Device %s: no speech; ending the conversation", self.device.mac)
             self._end_run(run)
-            self.hass.async_create_task(run.connection.async_close("no speech"))
+            self.hass.async_create_task(run.connection.async_end_conversation("no speech"))
 
     @callback
     def _watch_gap(self, turn: _Turn) -> None:
@@ -428,7 +467,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
 
         turn.cancel_gap = async_call_later(self.hass, AUDIO_GAP_TIMEOUT, gap)
 
-    def _start_text_run(self, connection: DeviceConnection, text: str) -> None:
+    def _start_text_run(self, connection: DeviceLink, text: str) -> None:
         """``listen detect`` with text that is not a wake phrase: a typed utterance."""
         run = _Run(connection)
         previous = self._begin(run)
@@ -483,7 +522,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             if run.tts_task is None and not run.cancelled:
                 self._finished(run)
 
-    def _abort(self, connection: DeviceConnection, reason: Any) -> None:
+    def _abort(self, connection: DeviceLink, reason: Any) -> None:
         """The device interrupts: whatever runs on this connection stops, answered or not.
 
         While listening, the partial audio is dropped (not answered). While speaking, the speech
@@ -506,7 +545,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         what = " and ".join({"stt": "speech-to-text", "tts": "text-to-speech"}.get(m, m) for m in missing)
         self._send_to(run, voice.alert(f"The assistant {assistant} has no {what}. Set it up in Home Assistant."))
         self._end_run(run)
-        self.hass.async_create_task(run.connection.async_close(f"assistant {assistant} has no {what}"))
+        self.hass.async_create_task(run.connection.async_end_conversation(f"assistant {assistant} has no {what}"))
 
     # -- pipeline events → device messages -----------------------------------------------------
 
@@ -600,7 +639,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         if code == "duplicate_wake_up_detected":
             # Another box in the room heard the same wake word and answers: end quietly.
             self._end_run(run)
-            self.hass.async_create_task(run.connection.async_close("another device answers"))
+            self.hass.async_create_task(run.connection.async_end_conversation("another device answers"))
         elif code in CANNOT_SERVE:
             pipeline = self._pipeline()
             # An engine not chosen, or chosen but gone (its provider missing, or refusing our format).
@@ -662,7 +701,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
 
     # -- announcements -------------------------------------------------------------------------
 
-    def _connection_or_raise(self) -> DeviceConnection:
+    def _connection_or_raise(self) -> DeviceLink:
         if (connection := self.device.connection) is None:
             raise translated_error("device_offline", device=self.device.name)
         return connection
@@ -678,8 +717,16 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         await super().async_internal_start_conversation(*args, **kwargs)
 
     async def async_announce(self, announcement: AssistSatelliteAnnouncement) -> None:
-        """Speak it now, blocking until it has been played. The device must be connected."""
+        """Speak it now, blocking until it has been played. The device must be connected.
+
+        A device online without a conversation channel (idle over MQTT: only its own hello
+        opens one) shows the text with the firmware's alert sound instead.
+        """
         connection = self._connection_or_raise()
+        if not connection.audio_open:
+            message = announcement.message or announcement.original_media_id or ""
+            await connection.async_send_json(voice.alert(message, status="Announcement", emotion="neutral"))
+            return
         run = _Run(connection)
         self._begin(run)
         sources: list[Callable[[], AsyncIterator[bytes]]] = []

@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Iterable
 
-from homeassistant.components.button import ButtonEntity, ButtonEntityDescription
+from homeassistant.components.button import ButtonDeviceClass, ButtonEntity, ButtonEntityDescription  # type: ignore[attr-defined]
 from homeassistant.const import EntityCategory
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers import entity_registry as er
@@ -18,6 +18,9 @@ from .tool_map import BUTTONS, IR_LIST, IR_SEND, XiaozhiButtonDescription, ir_co
 PARALLEL_UPDATES = 1
 
 IR_BUTTON = ButtonEntityDescription(key="ir", translation_key="ir_code")
+RESTART_BUTTON = ButtonEntityDescription(
+    key="reboot", device_class=ButtonDeviceClass.RESTART, entity_category=EntityCategory.CONFIG
+)
 TOOL_BUTTON = ButtonEntityDescription(
     key="tool", translation_key="tool", entity_category=EntityCategory.CONFIG, entity_registry_enabled_default=False
 )
@@ -30,7 +33,8 @@ async def async_setup_entry(
     rows = rows_for(BUTTONS, XiaozhiButton)
 
     def candidates(device: XiaozhiDevice) -> Iterable[tuple[str, Callable[[], Entity]]]:
-        found: list[tuple[str, Callable[[], Entity]]] = list(rows(device))
+        found: list[tuple[str, Callable[[], Entity]]] = [("reboot", lambda: XiaozhiRestartButton(device))]
+        found += rows(device)
         found += [
             (f"tool-{name}", lambda n=name: XiaozhiToolButton(device, n))  # type: ignore[misc]
             for name in tool_buttons(device)
@@ -107,6 +111,22 @@ class XiaozhiButton(XiaozhiEntity, ButtonEntity):
     async def async_press(self) -> None:
         """Call the tool (the device must be connected)."""
         await self.device.async_press(self.entity_description.tools[0])
+
+
+class XiaozhiRestartButton(XiaozhiEntity, ButtonEntity):
+    """Restart the device: the ``system`` ``reboot`` command every firmware obeys, on either transport."""
+
+    def __init__(self, device: XiaozhiDevice) -> None:
+        super().__init__(device, RESTART_BUTTON)
+
+    @property
+    def available(self) -> bool:
+        """While the device is connected (over MQTT: from boot to power-off)."""
+        return self.device.connected
+
+    async def async_press(self) -> None:
+        """Send it; the device reboots a second later, runs its OTA check and comes back."""
+        await self.device.async_restart()
 
 
 class XiaozhiIrButton(XiaozhiEntity, ButtonEntity):

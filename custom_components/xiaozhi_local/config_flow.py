@@ -20,13 +20,19 @@ from .const import (
     CONF_AI_TASK_ENTITY,
     CONF_IDLE_TIMEOUT,
     CONF_MAC,
+    CONF_MQTT,
+    CONF_MQTT_PORT,
     CONF_SILENCE_TIMEOUT,
     CONF_TOKEN,
+    CONF_UDP_PORT,
     CONF_WEBSOCKET_URL,
     DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MQTT_PORT,
     DEFAULT_SILENCE_TIMEOUT,
+    DEFAULT_UDP_PORT,
     DOMAIN,
     SUBENTRY_DEVICE,
+    TLS_MQTT_PORT,
 )
 from .hub import XiaozhiHub, async_get_hub, default_title
 from .pairing import CheckResult, PendingDevice, new_token
@@ -170,6 +176,8 @@ class XiaozhiOptionsFlow(OptionsFlow):
             url = (user_input.get(CONF_WEBSOCKET_URL) or "").strip()
             if url and not url.startswith(("ws://", "wss://")):
                 errors[CONF_WEBSOCKET_URL] = "invalid_websocket_url"
+            elif int(user_input.get(CONF_MQTT_PORT, DEFAULT_MQTT_PORT)) == TLS_MQTT_PORT:
+                errors[CONF_MQTT_PORT] = "tls_port"  # the firmware would speak TLS to it
             else:
                 return self.async_create_entry(
                     data={
@@ -178,6 +186,9 @@ class XiaozhiOptionsFlow(OptionsFlow):
                         CONF_SILENCE_TIMEOUT: int(user_input[CONF_SILENCE_TIMEOUT]),
                         CONF_IDLE_TIMEOUT: int(user_input.get(CONF_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)),
                         CONF_AI_TASK_ENTITY: user_input.get(CONF_AI_TASK_ENTITY) or "",
+                        CONF_MQTT: user_input.get(CONF_MQTT, True),
+                        CONF_MQTT_PORT: int(user_input.get(CONF_MQTT_PORT, DEFAULT_MQTT_PORT)),
+                        CONF_UDP_PORT: int(user_input.get(CONF_UDP_PORT, DEFAULT_UDP_PORT)),
                     }
                 )
         schema = vol.Schema(
@@ -196,6 +207,13 @@ class XiaozhiOptionsFlow(OptionsFlow):
                     selector.NumberSelectorConfig(
                         min=30, max=3600, step=1, unit_of_measurement="s", mode=selector.NumberSelectorMode.BOX
                     )
+                ),
+                vol.Required(CONF_MQTT, default=True): selector.BooleanSelector(),
+                vol.Required(CONF_MQTT_PORT, default=DEFAULT_MQTT_PORT): selector.NumberSelector(
+                    selector.NumberSelectorConfig(min=1, max=65535, step=1, mode=selector.NumberSelectorMode.BOX)
+                ),
+                vol.Required(CONF_UDP_PORT, default=DEFAULT_UDP_PORT): selector.NumberSelector(
+                    selector.NumberSelectorConfig(min=1, max=65535, step=1, mode=selector.NumberSelectorMode.BOX)
                 ),
             }
         )

@@ -1,40 +1,31 @@
-"""One device WebSocket on HA's HTTP server: the receive loop, hello deadline, MCP discovery."""
+"""The WebSocket transport: one device socket on HA's HTTP server (receive loop, hello deadline, pings)."""
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
 import logging
-from typing import Any
 
 from aiohttp import WSMsgType, web
-from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
-from homeassistant.helpers.event import async_call_later
+from homeassistant.core import HomeAssistant, callback
 
-from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION, EVENT_TOOL_ERROR, FLOOD_LIMIT, FRAME_BURST, FRAME_RATE
+from .const import FLOOD_LIMIT, FRAME_BURST, FRAME_RATE
 from .device import XiaozhiDevice
+from .link import ClientInfo, DeviceLink
 from .protocol import session as proto_session
 from .protocol.audio import pack_frame, unpack_frame
-from .protocol.mcp import McpConnectionError, McpError, McpRemoteError
-from .protocol.messages import ClientHello, ControlMessage, FrameError
-from .protocol.register import Registration
-from .protocol.session import DeviceSession
+from .protocol.messages import FrameError
 
 _LOGGER = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT = 2.0
 """Seconds a close may take (the firmware never answers a Close frame; a stuck peer never reads it)."""
 
-
-@dataclass(frozen=True, slots=True)
-class ClientInfo:
-    """What a client said about itself when it connected (headers or query)."""
-
-    client_id: str | None
-    protocol_version: int
+__all__ = ["CLOSE_TIMEOUT", "ClientInfo", "DeviceConnection"]
 
 
-class DeviceConnection:
-    """The runtime side of one connection: wires a DeviceSession to aiohttp and to HA."""
+class DeviceConnection(DeviceLink):
+    """A device's WebSocket: the whole conversation (JSON and audio frames) on one socket."""
+
+    transport_name = "websocket"
 
     def __init__(
         self,
@@ -46,25 +37,15 @@ class DeviceConnection:
         *,
         transport: asyncio.Transport | None = None,
     ) -> None:
-        self.hass = hass
-        self.transport = transport  # aborted when a close cannot complete (a peer that stops reading)
-        self.vision_url = vision_url
-        self.device = device
         self.ws = ws
-        self.client = client
-        self.log = device.log
-        self.session = DeviceSession(device.mac, ws.send_str, self, log=self.log)
-        self.discovered = asyncio.Event()  # tools known: calls can go out
-        self.settled = asyncio.Event()  # the connect-time round is over: settings applied, status read
-        self.audio_frames = 0
+        self.transport = transport  # aborted when a close cannot complete (a peer that stops reading)
+        super().__init__(hass, device, client, vision_url)
         self.heard = True  # anything received since the last liveness sweep
-        self.dropped_frames = 0
         self._tokens = FRAME_BURST
         self._refilled = 0.0
-        self.missed_pings = 0
-        self._discovery: asyncio.Task[None] | None = None
-        self.listen_mode: str | None = None  # of its last listen start (continuous clients stream on)
-        self._cancel_idle: CALLBACK_TYPE | None = None
+
+    async def _async_send_text(self, text: str) -> None:
+        await self.ws.send_str(text)
 
     async def run(self) -> None:
         """Receive until the connection ends; always leaves the device detached."""
@@ -110,40 +91,6 @@ class DeviceConnection:
             self._cleanup()
             if not self.ws.closed:  # also stops aiohttp's heartbeat timer
                 await self._async_close_ws(1000, "")
-
-    @callback
-    def touch(self) -> None:
-        """Voice activity: the conversation goes on (an armed idle close is called off)."""
-        if self._cancel_idle is not None:
-            self._cancel_idle()
-            self._cancel_idle = None
-
-    @callback
-    def arm_idle(self, seconds: float) -> None:
-        """The conversation is over: close the socket after ``seconds`` without voice activity."""
-        self.touch()
-
-        @callback
-        def idle(_now: Any) -> None:
-            self._cancel_idle = None
-            _LOGGER.debug("Device %s idle for %s s; closing its connection", self.device.mac, seconds)
-            self.hass.async_create_task(self.async_close("idle"))
-
-        self._cancel_idle = async_call_later(self.hass, seconds, idle)
-
-    @callback
-    def _cleanup(self) -> None:
-        self.touch()  # no idle timer outlives the connection
-        self.session.close(f"device {self.device.mac} disconnected")
-        if self._discovery is not None:
-            self._discovery.cancel()  # also a settings/status round still running
-        self.discovered.set()  # nobody waits forever on a gone connection
-        self.settled.set()
-        if (voice := self.device.voice) is not None:
-            voice.on_disconnect(self)
-        if self.device.connection is self:
-            _LOGGER.info("Device %s disconnected", self.device.mac)
-        self.device.async_detach(self)
 
     async def async_close(self, reason: str, code: int = 1000) -> None:
         """Close from our side (replaced, unloaded, token changed; 1001 when HA stops)."""
@@ -194,131 +141,6 @@ class DeviceConnection:
         with contextlib.suppress(ConnectionError, RuntimeError):
             await self.ws.ping()
 
-    # -- SessionHandler ---------------------------------------------------------------------
-
-    def on_hello(self, hello: ClientHello) -> None:
-        """The device is in: attach it and learn its tools."""
-        _LOGGER.info(
-            "Device %s connected (protocol %s, client %s)",
-            self.device.mac,
-            self.client.protocol_version,
-            self.client.client_id,
-        )
-        self.device.async_attach(self)
-        if hello.supports_mcp:
-            self._discovery = self.hass.async_create_background_task(
-                self._async_discover(), f"xiaozhi_local discovery {self.device.mac}"
-            )
-        else:
-            self.device.async_set_discovery(self.device.server_info, [])
-            self.discovered.set()
-            self.settled.set()
-
-    async def _async_discover(self) -> None:
-        try:
-            await self._async_discover_and_settle()
-        finally:
-            # Cancelled: a registration replaced it, or the connection ended (``_cleanup`` sets them).
-            if not _cancelling():
-                self.discovered.set()
-                self.settled.set()
-
-    async def _async_discover_and_settle(self) -> None:
-        mcp = self.session.mcp
-        try:
-            try:
-                info = await mcp.initialize(self._capabilities(), timeout=DISCOVERY_TIMEOUT)
-            except McpRemoteError as err:  # some clients skip initialize; tools/list may still work
-                self.log.report("initialize_failed", f"initialize failed: {err}")
-                info = mcp.server_info
-            tools = await mcp.list_tools(with_user_tools=True, timeout=DISCOVERY_TIMEOUT)
-        except McpConnectionError:
-            return  # gone while we asked
-        except McpError as err:
-            _LOGGER.warning("Device %s: could not list its tools: %s", self.device.mac, err)
-            return
-        _LOGGER.debug("Device %s offers %d tools", self.device.mac, len(tools))
-        self.device.async_set_discovery(info, tools)
-        self.discovered.set()
-        await self.device.async_on_ready()
-
-    def _capabilities(self) -> dict[str, Any]:
-        """``vision``: where a camera board uploads photos, with a token just for that."""
-        if self.vision_url is None:
-            return {}
-        return {"vision": {"url": self.vision_url, "token": self.device.async_new_vision_token()}}
-
-    async def _async_relist(self) -> None:
-        """The device says its tools changed."""
-        try:
-            tools = await self.session.mcp.list_tools(with_user_tools=True, timeout=DISCOVERY_TIMEOUT)
-        except McpError as err:
-            self.log.report("relist_failed", f"could not list its tools again: {err}")
-            return
-        self.device.async_set_discovery(self.session.mcp.server_info, tools)
-        await self.device.async_refresh()
-
-    def on_register(self, registration: Registration) -> None:
-        """A registerTools client announced its tools: they are the device's tools from now on."""
-        _LOGGER.debug(
-            "Device %s registered %d tools (%d server-side ones it may call)",
-            self.device.mac,
-            len(registration.remote),
-            len(registration.local),
-        )
-        if self._discovery is not None:
-            # MCP discovery (a hello that announced MCP) or the round of an earlier registration.
-            self._discovery.cancel()
-        self.device.async_set_discovery(self.session.mcp.server_info, registration.remote)
-        self.discovered.set()
-        self.settled.clear()
-        self._discovery = self.hass.async_create_background_task(
-            self._async_settle(), f"xiaozhi_local settle {self.device.mac}"
-        )
-
-    async def _async_settle(self) -> None:
-        """Settings made while the client was away, then its status (as after MCP discovery)."""
-        try:
-            await self.device.async_on_ready()
-        finally:
-            if not _cancelling():
-                self.settled.set()
-
-    def on_tool_error(self, tool: str, error: McpError) -> None:
-        """A ``control`` tool reported done at once failed on the client later: log it, fire an event."""
-        message = error.message if isinstance(error, McpRemoteError) else str(error)
-        code = error.code if isinstance(error, McpRemoteError) else None
-        self.log.report("control_failed", f"tool {tool} failed after it was reported done: {message}")
-        self.hass.bus.async_fire(
-            EVENT_TOOL_ERROR,
-            {
-                "device_id": self.device.device_id,
-                "mac": self.device.mac,
-                "tool": tool,
-                "message": message,
-                "code": code,
-            },
-        )
-
-    def on_notification(self, method: str, params: Any) -> None:
-        """A device notification becomes an HA event (and the device's event entity fires)."""
-        if not self.device.async_allow_notification(method, params):
-            return
-        self.hass.bus.async_fire(
-            EVENT_NOTIFICATION,
-            {"device_id": self.device.device_id, "mac": self.device.mac, "method": method, "params": params},
-        )
-        self.device.async_notification(method, params)
-        if method == "notifications/tools/list_changed" and self.discovered.is_set():
-            self.hass.async_create_background_task(self._async_relist(), f"xiaozhi_local relist {self.device.mac}")
-
-    def on_control(self, message: ControlMessage) -> None:
-        """``listen``/``abort``/…: for the device's voice satellite."""
-        if (voice := self.device.voice) is not None:
-            voice.on_control(self, message)
-        else:
-            _LOGGER.debug("Device %s: %s message with no satellite: %s", self.device.mac, message.type, message.data)
-
     def on_audio(self, data: bytes) -> None:
         """A binary frame: the Opus packet in it goes to the voice satellite."""
         self.audio_frames += 1
@@ -327,24 +149,7 @@ class DeviceConnection:
         except FrameError as err:
             self.log.report(err.kind, f"dropped audio: {err.detail}")
             return
-        if (voice := self.device.voice) is not None:
-            voice.on_audio(self, packet)
-
-    # -- what the voice satellite sends ------------------------------------------------------
-
-    async def async_send_ai_message(self, kind: str, content: str) -> None:
-        """The agent's reply as ``mcp/ai/message`` (the session sends it to registerTools clients only)."""
-        # Gone: the satellite notices through the connection's end.
-        with contextlib.suppress(McpError, ConnectionError, RuntimeError):
-            await self.session.send_ai_message(kind, content)
-
-    async def async_send_json(self, message: dict[str, Any]) -> bool:
-        """One JSON message to the device; False when the connection is gone."""
-        try:
-            await self.session.send_json(message)
-        except ConnectionError, RuntimeError:
-            return False
-        return True
+        self._deliver_audio(packet)
 
     async def async_send_audio(self, packet: bytes, timestamp: int = 0) -> bool:
         """One Opus packet, framed as the device's protocol version wants; False when gone."""
@@ -355,9 +160,3 @@ class DeviceConnection:
         except ConnectionError, RuntimeError:
             return False
         return True
-
-
-def _cancelling() -> bool:
-    """Whether the running task is being cancelled (its replacement sets the events)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0

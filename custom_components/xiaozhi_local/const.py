@@ -23,6 +23,24 @@ The firmware keeps an idle socket while it hears from the server every 120 s: th
 AUDIO_GAP_TIMEOUT: Final = 3.0
 """Seconds without any audio packet after speech began before an auto/realtime utterance ends."""
 
+CONF_MQTT: Final = "mqtt"
+"""Hub option: paired devices get MQTT+UDP at their OTA check (always connected)."""
+CONF_MQTT_PORT: Final = "mqtt_port"
+DEFAULT_MQTT_PORT: Final = 1885
+"""TCP. Not 1883 (a broker may run there) and never 8883 (the firmware turns on TLS for that port)."""
+TLS_MQTT_PORT: Final = 8883
+"""The firmware speaks MQTT over TLS (public CAs only) to this port: never ours."""
+CONF_UDP_PORT: Final = "udp_port"
+DEFAULT_UDP_PORT: Final = 1885
+"""UDP audio of conversations over MQTT: the same number, so one rule of the firewall names both."""
+CONF_TRANSPORT: Final = "transport"
+"""Per device (subentry data): ``mqtt`` or ``websocket`` overrides the hub's choice; absent: the hub's."""
+TRANSPORT_MQTT: Final = "mqtt"
+TRANSPORT_WEBSOCKET: Final = "websocket"
+TRANSPORT_HUB: Final = "hub"
+MQTT_PUBLISH_TOPIC: Final = "xiaozhi_local/device"
+"""Where devices publish (the endpoint takes any topic from an authenticated device)."""
+
 SUBENTRY_DEVICE: Final = "device"
 CONF_MAC: Final = "mac"
 CONF_TOKEN: Final = "token"
@@ -86,3 +104,8 @@ MAX_TOOL_BUTTONS: Final = 32
 """Generic buttons one device gets for its argument-less tools (bounds its entity registry entries)."""
 
 MANUFACTURER: Final = "Xiaozhi"
+
+
+def mqtt_topic(mac: str) -> str:
+    """The topic messages to one device are published on (py-xiaozhi subscribes to it)."""
+    return f"xiaozhi_local/{mac.replace(':', '')}"

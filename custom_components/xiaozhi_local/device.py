@@ -52,7 +52,7 @@ from .protocol.session import OnceLogger
 from .tool_map import QUERY_TOOLS, canonical_tools
 
 if TYPE_CHECKING:
-    from .connection import DeviceConnection
+    from .link import DeviceLink
     from .pairing import DeviceReport
     from .protocol.messages import ControlMessage
 
@@ -64,13 +64,13 @@ type NotificationListener = Callable[[str, Any], None]
 class VoiceHandler(Protocol):
     """The device's voice satellite, as the connection sees it."""
 
-    def on_control(self, connection: DeviceConnection, message: ControlMessage) -> None:
+    def on_control(self, connection: DeviceLink, message: ControlMessage) -> None:
         """Handle ``listen``, ``abort`` and other control messages."""
 
-    def on_audio(self, connection: DeviceConnection, packet: bytes) -> None:
+    def on_audio(self, connection: DeviceLink, packet: bytes) -> None:
         """One uplink Opus packet."""
 
-    def on_disconnect(self, connection: DeviceConnection) -> None:
+    def on_disconnect(self, connection: DeviceLink) -> None:
         """The connection ended."""
 
 
@@ -130,7 +130,7 @@ class XiaozhiDevice:
         self.identity = _identity_of(subentry)
         self.open = bool(subentry.data.get(CONF_OPEN))  # paired without a token (load testers)
         self.name = subentry.title
-        self.connection: DeviceConnection | None = None
+        self.connection: DeviceLink | None = None
         self.voice: VoiceHandler | None = None  # the assist satellite, once it exists
         self.server_info = ServerInfo()
         self.last_seen: datetime | None = None
@@ -240,6 +240,11 @@ class XiaozhiDevice:
             listener()
 
     @callback
+    def async_link_changed(self) -> None:
+        """The link's state changed (a conversation channel opened or closed): tell the listeners."""
+        self._async_notify()
+
+    @callback
     def async_allow_notification(self, method: str, params: Any) -> bool:
         """Whether a notification may become an event: bounded in size and rate, per device.
 
@@ -277,7 +282,7 @@ class XiaozhiDevice:
     # -- connection ---------------------------------------------------------------------------
 
     @callback
-    def async_attach(self, connection: DeviceConnection) -> None:
+    def async_attach(self, connection: DeviceLink) -> None:
         """A connection finished its hello: it is now the device's one connection."""
         old, self.connection = self.connection, connection
         self.last_seen = dt_util.utcnow()
@@ -287,7 +292,7 @@ class XiaozhiDevice:
         self._async_notify()
 
     @callback
-    def async_detach(self, connection: DeviceConnection) -> None:
+    def async_detach(self, connection: DeviceLink) -> None:
         """A connection ended."""
         if self.connection is connection:
             self.connection = None
@@ -324,7 +329,7 @@ class XiaozhiDevice:
                 hw_version=report.chip or UNDEFINED,
             )
 
-    async def async_wait_ready(self, timeout: float) -> DeviceConnection:
+    async def async_wait_ready(self, timeout: float) -> DeviceLink:
         """The live connection once its tools are known. Raises DeviceOfflineError/McpTimeoutError."""
         connection = self.connection
         if connection is None:
@@ -407,6 +412,12 @@ class XiaozhiDevice:
             raise translated_error("device_error", device=self.name, tool=tool, message=str(err)) from None
         if result.text.strip() == "false":
             raise translated_error("setting_refused", device=self.name, tool=tool)
+
+    async def async_restart(self) -> None:
+        """``{"type":"system","command":"reboot"}``: stock firmware since 1.x reboots on it."""
+        connection = self.connection
+        if connection is None or not await connection.async_send_json({"type": "system", "command": "reboot"}):
+            raise translated_error("device_offline", device=self.name)
 
     async def async_press(self, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         """A button: the device must be connected."""

@@ -59,6 +59,8 @@ def _device(device: XiaozhiDevice) -> dict[str, Any]:
     }
     if connection is not None and session is not None:
         data["connection"] = {
+            "transport": connection.transport_name,
+            "audio_open": connection.audio_open,
             "client_id": connection.client.client_id,
             "protocol_version": connection.client.protocol_version,
             "dialect": "registerTools" if session.registered else "mcp",
@@ -93,6 +95,16 @@ async def async_get_config_entry_diagnostics(hass: HomeAssistant, entry: Xiaozhi
         "pending_pairings": len(hub.pairing),
         "pending_pairings_of_paired_macs": sum(bool(hub.pairing.for_mac(mac)) for mac in hub.devices),
         "open_connections": len(hub.connections),
+        "mqtt": None
+        if hub.mqtt is None
+        else {
+            "listening": hub.mqtt.listening,
+            "port": hub.mqtt.port,
+            "udp_port": hub.mqtt.udp_port,
+            "links": len(hub.mqtt.links),
+            "open_audio_channels": len(hub.mqtt.channels),
+            "refused": hub.mqtt.refused,
+        },
         "devices": [_device(device) for device in hub.devices.values()],
     }
 

@@ -8,7 +8,8 @@ import hashlib
 import hmac
 import logging
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from homeassistant.config_entries import SOURCE_INTEGRATION_DISCOVERY, ConfigEntry, ConfigSubentry
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
@@ -17,26 +18,37 @@ from homeassistant.helpers.event import async_track_time_interval
 from homeassistant.helpers.json import json_bytes
 from homeassistant.helpers.storage import Store
 
-from .connection import DeviceConnection
 from .const import (
     CONF_ACCEPT_WITHOUT_CODE,
     CONF_CLIENT_ID,
     CONF_MAC,
+    CONF_MQTT,
+    CONF_MQTT_PORT,
     CONF_OPEN,
     CONF_TOKEN,
+    CONF_TRANSPORT,
+    CONF_UDP_PORT,
     CONF_WEBSOCKET_URL,
+    DEFAULT_MQTT_PORT,
+    DEFAULT_UDP_PORT,
     DOMAIN,
     MISSED_PINGS,
     PING_INTERVAL,
     REFRESH_EVERY_SWEEPS,
     SUBENTRY_DEVICE,
+    TRANSPORT_MQTT,
+    TRANSPORT_WEBSOCKET,
 )
 from .device import REPORT_SAVE_DELAY, XiaozhiDevice
 from .identities import IdentityJournal, token_hash
+from .link import DeviceLink
 from .pairing import AUTO_PAIR_PER_HOUR, DeviceReport, Identity, PairingManager, PendingDevice, RateLimit, new_token
 from .protocol.messages import normalize_mac
-from .repairs import async_token_accepted, async_wrong_token
-from .urls import websocket_url
+from .repairs import async_mqtt_port, async_token_accepted, async_wrong_token
+from .urls import vision_url, websocket_url
+
+if TYPE_CHECKING:
+    from .mqtt import MqttEndpoint
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -58,12 +70,16 @@ class Refused(StrEnum):
 class XiaozhiHub:
     """Paired devices by MAC and by device-registry id (O(1) both ways)."""
 
+    mqtt_bind_host: str | None = None
+    """Where the MQTT+UDP endpoint listens; None: every interface."""
+
     def __init__(self, hass: HomeAssistant, entry: ConfigEntry) -> None:
         self.hass = hass
         self.entry = entry
         self.devices: dict[str, XiaozhiDevice] = {}
         self._by_device_id: dict[str, XiaozhiDevice] = {}
-        self.connections: set[DeviceConnection] = set()  # every open socket, hello or not
+        self.connections: set[DeviceLink] = set()  # every open link (sockets before their hello too)
+        self.mqtt: MqttEndpoint | None = None  # the always-connected transport, while it listens
         self.stopping = False  # unloading, or Home Assistant stopping: no new connections
         self.pairing = PairingManager(on_drop=self._async_schedule_abort)
         self._no_connections = asyncio.Event()
@@ -197,6 +213,62 @@ class XiaozhiHub:
     def websocket_url(self) -> str:
         """The URL handed to devices: the hub option, else built from HA's internal URL."""
         return self.entry.options.get(CONF_WEBSOCKET_URL) or websocket_url(self.hass)
+
+    @callback
+    def device_host(self) -> str:
+        """The host name devices reach Home Assistant by (that of the WebSocket URL)."""
+        return urlsplit(self.websocket_url()).hostname or "homeassistant.local"
+
+    @callback
+    def vision_url(self) -> str:
+        """Where camera boards upload photos."""
+        return vision_url(self.websocket_url())
+
+    @callback
+    def mqtt_for(self, device: XiaozhiDevice) -> dict[str, Any] | None:
+        """The ``mqtt`` object of the device's OTA answer, or None: the device stays on WebSocket.
+
+        Only while the endpoint listens: the firmware prefers ``mqtt`` to ``websocket``, so a
+        dead endpoint would leave the device with no server at all.
+        """
+        if self.mqtt is None or not self.mqtt.listening or device.open:
+            return None
+        choice = self.entry.subentries[device.subentry_id].data.get(CONF_TRANSPORT)
+        wanted = (
+            self.entry.options.get(CONF_MQTT, True)
+            if choice not in (TRANSPORT_MQTT, TRANSPORT_WEBSOCKET)
+            else (choice == TRANSPORT_MQTT)
+        )
+        return self.mqtt.credentials(device, self.device_host()) if wanted else None
+
+    async def async_start_mqtt(self) -> None:
+        """Listen for devices on MQTT+UDP as the options say (again after they changed)."""
+        from .mqtt import MqttEndpoint  # noqa: PLC0415 - mqtt.py builds on this module
+
+        options = self.entry.options
+        port = int(options.get(CONF_MQTT_PORT, DEFAULT_MQTT_PORT))
+        udp_port = int(options.get(CONF_UDP_PORT, DEFAULT_UDP_PORT))
+        uses_mqtt = options.get(CONF_MQTT, True) or any(
+            sub.data.get(CONF_TRANSPORT) == TRANSPORT_MQTT for sub in self.entry.subentries.values()
+        )
+        current = self.mqtt
+        if current is not None and uses_mqtt and current.listening and (current.wanted == (port, udp_port)):
+            return
+        if current is not None:
+            self.mqtt = None
+            await current.async_stop()
+        if not uses_mqtt or self.stopping:
+            async_mqtt_port(self.hass, None, port, udp_port)
+            return
+        endpoint = MqttEndpoint(self.hass, self, port, udp_port, self.mqtt_bind_host)
+        error = await endpoint.async_start()
+        async_mqtt_port(self.hass, error, port, udp_port)
+        if error is not None:
+            _LOGGER.warning(
+                "Cannot listen on MQTT port %s / UDP port %s (%s); devices stay on WebSocket", port, udp_port, error
+            )
+            return
+        self.mqtt = endpoint
 
     @callback
     def async_proven(self, mac: str, report: DeviceReport) -> XiaozhiDevice | None:
@@ -376,7 +448,7 @@ class XiaozhiHub:
                     self.hass, connection.device.async_refresh(), f"xiaozhi_local refresh {connection.device.mac}"
                 )
 
-    async def async_run_connection(self, connection: DeviceConnection) -> None:
+    async def async_run_connection(self, connection: DeviceLink) -> None:
         """Run a connection to its end, keeping count of the open ones."""
         self.connections.add(connection)
         self._no_connections.clear()
@@ -398,6 +470,9 @@ class XiaozhiHub:
         Assistant stops, where an open WebSocket would hold its shutdown up for many seconds.
         """
         self.stopping = True
+        if self.mqtt is not None:
+            endpoint, self.mqtt = self.mqtt, None
+            await endpoint.async_stop()
         await asyncio.gather(*(conn.async_close(reason, code) for conn in list(self.connections)))
         await self._store.async_save(self._data_to_save())
         await self.identities.async_flush()

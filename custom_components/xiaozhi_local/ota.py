@@ -1,8 +1,9 @@
 """The OTA/config endpoint: where a stock device learns its WebSocket URL and token, or pairs.
 
 ``POST /api/xiaozhi_local/ota/`` (the "Custom OTA URL" typed into the device's Wi-Fi portal)
-and ``POST …/ota/activate``. See device-protocol.md §2: the answer always carries ``url``,
-``token`` and ``version`` (the device keeps stale keys otherwise) and never ``mqtt``.
+and ``POST …/ota/activate``. See docs/protocol.md §1: the answer always carries ``url``,
+``token`` and ``version`` (the device keeps stale keys otherwise); a paired device also gets
+``mqtt`` while the always-connected transport listens (mqtt.py).
 
 A token is handed only to a request that proves it comes from the paired device: its MAC
 (which anyone can see) *and* the identity recorded when it paired (``Client-Id``, and the
@@ -102,12 +103,15 @@ class XiaozhiOtaView(HomeAssistantView):
         if (device := hub.async_proven(mac, report)) is not None:
             device.async_apply_report(report)
             await hub.identities.async_flush()  # the token is on disk before it leaves (identities.py)
-            return web.json_response(
-                {
-                    "server_time": server_time(hass),
-                    "websocket": {"url": hub.websocket_url(), "token": device.token, "version": 1},
-                }
-            )
+            answer: dict[str, Any] = {
+                "server_time": server_time(hass),
+                "websocket": {"url": hub.websocket_url(), "token": device.token, "version": 1},
+            }
+            # With ``mqtt`` the device connects at boot and stays online (mqtt.py); it is left out
+            # to send the device back to WebSocket (NVS keeps it, but only ``mqtt`` in the answer counts).
+            if (mqtt := hub.mqtt_for(device)) is not None:
+                answer["mqtt"] = mqtt
+            return web.json_response(answer)
         pending = hub.async_request_pairing(mac, report, request.remote or "")
         return web.json_response(
             {

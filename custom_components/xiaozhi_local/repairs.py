@@ -5,6 +5,8 @@
 - ``ffmpeg_missing``: the ``ffmpeg`` program is not installed: the voice satellite cannot speak.
 - ``wrong_token``: a paired device keeps presenting a wrong token (it was re-flashed or its token
   was regenerated without it rebooting; or someone is guessing).
+- ``mqtt_port_unavailable``: the MQTT or UDP port of the always-connected transport cannot be
+  bound (another program has it). Devices keep the WebSocket; OTA hands out no ``mqtt``.
 - ``pipeline_incomplete``: a device's assistant has no speech-to-text or text-to-speech, so it
   cannot answer the device (a fresh Home Assistant's default assistant has neither).
 """
@@ -28,6 +30,7 @@ WRONG_TOKEN_LIMIT = 5
 """Refused connections in a row, with a paired MAC, before the user is told."""
 
 ISSUE_PIPELINE_INCOMPLETE = "pipeline_incomplete"
+ISSUE_MQTT_PORT = "mqtt_port_unavailable"
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 _LOGGER = logging.getLogger(__name__)
 _WARNED: HassKey[set[tuple[str, str]]] = HassKey(f"{DOMAIN}_pipeline_warned")
@@ -129,3 +132,20 @@ def async_pipeline_served(hass: HomeAssistant) -> None:
     """A device was answered: whatever assistant it uses works now."""
     for lacks in ("stt", "tts", "stt_tts"):
         ir.async_delete_issue(hass, DOMAIN, f"{ISSUE_PIPELINE_INCOMPLETE}_{lacks}")
+
+
+@callback
+def async_mqtt_port(hass: HomeAssistant, error: OSError | None, tcp: int, udp: int) -> None:
+    """Raise ``mqtt_port_unavailable`` when the endpoint could not bind; clear it once it could."""
+    if error is None:
+        ir.async_delete_issue(hass, DOMAIN, ISSUE_MQTT_PORT)
+        return
+    ir.async_create_issue(
+        hass,
+        DOMAIN,
+        ISSUE_MQTT_PORT,
+        is_fixable=False,
+        severity=ir.IssueSeverity.WARNING,
+        translation_key=ISSUE_MQTT_PORT,
+        translation_placeholders={"tcp": str(tcp), "udp": str(udp), "error": str(error.strerror or error)},
+    )

@@ -1,17 +1,18 @@
-"""Selects: screen theme."""
+"""Selects: screen theme, the assistant, finished-speaking detection, and how the device connects."""
 
 from collections.abc import Callable, Iterable
 
 from homeassistant.components.assist_pipeline import AssistPipelineSelect, VadSensitivitySelect
-from homeassistant.components.select import SelectEntity
+from homeassistant.components.select import SelectEntity, SelectEntityDescription
+from homeassistant.const import EntityCategory
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.device_registry import DeviceInfo
 from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from .const import DOMAIN
+from .const import CONF_TRANSPORT, DOMAIN, TRANSPORT_HUB, TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
 from .device import XiaozhiDevice
-from .entity import XiaozhiValueEntity, async_setup_device_entities, rows_for
+from .entity import XiaozhiEntity, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
 from .tool_map import SELECTS, XiaozhiSelectDescription
 
@@ -28,6 +29,7 @@ async def async_setup_entry(
         return [
             ("pipeline", lambda: XiaozhiPipelineSelect(hass, device)),
             ("vad_sensitivity", lambda: XiaozhiVadSelect(hass, device)),
+            ("transport", lambda: XiaozhiTransportSelect(entry, device)),
             *rows(device),
         ]
 
@@ -69,3 +71,43 @@ class XiaozhiSelect(XiaozhiValueEntity, SelectEntity):
         """Send it (or keep it for the next connection)."""
         description = self.entity_description
         await self.device.async_set(description.key, description.setter, {description.argument: option}, option)
+
+
+TRANSPORT = SelectEntityDescription(
+    key="transport",
+    translation_key="transport",
+    entity_category=EntityCategory.CONFIG,
+    options=[TRANSPORT_HUB, TRANSPORT_MQTT, TRANSPORT_WEBSOCKET],
+)
+
+
+class XiaozhiTransportSelect(XiaozhiEntity, SelectEntity):
+    """Always connected (MQTT+UDP) or per conversation (WebSocket); default: the hub's choice.
+
+    Stored with the device (its subentry); the device switches at its next boot (OTA check).
+    """
+
+    def __init__(self, entry: XiaozhiConfigEntry, device: XiaozhiDevice) -> None:
+        super().__init__(device, TRANSPORT)
+        self.entry = entry
+
+    @property
+    def available(self) -> bool:
+        """Always: the choice is Home Assistant's, the device need not be connected."""
+        return True
+
+    @property
+    def current_option(self) -> str:
+        """The device's own choice, or ``hub``."""
+        subentry = self.entry.subentries.get(self.device.subentry_id)
+        choice = subentry.data.get(CONF_TRANSPORT) if subentry is not None else None
+        return choice if choice in (TRANSPORT_MQTT, TRANSPORT_WEBSOCKET) else TRANSPORT_HUB
+
+    async def async_select_option(self, option: str) -> None:
+        """Store it; the hub's endpoint starts if this device is the first to want MQTT."""
+        subentry = self.entry.subentries[self.device.subentry_id]
+        data = {key: value for key, value in subentry.data.items() if key != CONF_TRANSPORT}
+        if option != TRANSPORT_HUB:
+            data[CONF_TRANSPORT] = option
+        self.hass.config_entries.async_update_subentry(self.entry, subentry, data=data)
+        self.async_write_ha_state()

@@ -13,7 +13,6 @@ from typing import Any, Final
 from homeassistant.components.binary_sensor import BinarySensorEntityDescription
 from homeassistant.components.binary_sensor.const import BinarySensorDeviceClass
 from homeassistant.components.button import ButtonEntityDescription
-from homeassistant.components.button.const import ButtonDeviceClass
 from homeassistant.components.light import LightEntityDescription
 from homeassistant.components.number import NumberEntityDescription, NumberMode
 from homeassistant.components.select import SelectEntityDescription
@@ -44,7 +43,9 @@ TOOL_ALIASES: Final = {
 }
 """Names real clients give the firmware's tools → the firmware's name, which the rows below use."""
 
-NEVER_BUTTONS: Final = frozenset({"self.upgrade_firmware", *QUERY_TOOLS})
+REBOOT_TOOL: Final = "self.reboot"
+"""Not needed for the Restart button (``system`` ``reboot`` works on every firmware); no tool button."""
+NEVER_BUTTONS: Final = frozenset({"self.upgrade_firmware", REBOOT_TOOL, *QUERY_TOOLS})
 """Tools that must not become generic buttons."""
 
 NETWORK_TYPES: Final = ["wifi", "cellular", "ethernet", "rndis"]
@@ -309,12 +310,6 @@ LIGHTS: Final = (
 )
 
 BUTTONS: Final = (
-    XiaozhiButtonDescription(
-        key="reboot",
-        tools=("self.reboot",),
-        device_class=ButtonDeviceClass.RESTART,
-        entity_category=EntityCategory.CONFIG,
-    ),
     XiaozhiButtonDescription(
         key="reconfigure_wifi",
         translation_key="reconfigure_wifi",

@@ -59,8 +59,9 @@ async def test_cli_boots_through_ota(
     """``--ota``: the paired device learns its URL and token from the OTA answer, then connects.
 
     Its flash (``--nvs``) holds the Client-Id it paired with; the answer is stored there too.
+    The hub hands out no MQTT here: the device stays on WebSocket.
     """
-    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
+    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client), "mqtt": False})
     await hass.async_block_till_done()
     ota = str(client.make_url("/api/xiaozhi_local/ota/"))
     flash = tmp_path / "flash.json"

@@ -1,4 +1,4 @@
-"""The simulator's MCP server follows device-protocol.md §8 to the letter."""
+"""The simulator's MCP server follows the firmware's MCP server (docs/protocol.md §5) to the letter."""
 
 import json
 from typing import Any

@@ -32,7 +32,7 @@ class AudioError(Exception):
     """An Opus packet that cannot be decoded (or PCM that cannot be encoded)."""
 
 
-# -- binary framing (device-protocol.md §6) ---------------------------------------------------
+# -- binary framing (docs/protocol.md §2) ---------------------------------------------------
 
 
 def pack_frame(version: int, payload: bytes, timestamp: int = 0) -> bytes:

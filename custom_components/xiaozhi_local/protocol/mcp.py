@@ -1,6 +1,6 @@
 """MCP client for a device's tools, over any transport that can send a JSON-RPC object.
 
-The device is the MCP server. Stock firmware quirks handled here (device-protocol.md §8):
+The device is the MCP server. Stock firmware quirks handled here (docs/protocol.md §5):
 ids must be numbers (a string id is dropped without a reply), errors carry only a ``message``,
 ``tools/list`` pages are cut at 8000 bytes with a tool *name* as ``nextCursor``, and
 ``withUserTools`` must be repeated on every page.

@@ -92,6 +92,7 @@ class SessionHandler(Protocol):
 
 
 type SendText = Callable[[str], Awaitable[None]]
+type HelloReply = Callable[[ClientHello], dict[str, Any]]
 
 
 class DeviceSession:
@@ -105,12 +106,15 @@ class DeviceSession:
         *,
         log: OnceLogger | None = None,
         sample_rate: int = DOWNLINK_SAMPLE_RATE,
+        hello_reply: HelloReply | None = None,
     ) -> None:
         self.device_id = device_id
         self._send_text = send_text
         self._handler = handler
         self.log = log or OnceLogger(device_id)
         self.sample_rate = sample_rate
+        self.hello_reply = hello_reply
+        """Builds the server hello (the MQTT transport adds its UDP channel); None: the WebSocket one."""
         self.session_id = new_session_id()
         self.hello: ClientHello | None = None
         self.bare = False  # the client speaks JSON-RPC without the ``mcp`` envelope
@@ -180,13 +184,25 @@ class DeviceSession:
             await self._start(hello, send_hello=True)
         else:
             self.hello = hello
-            await self.send_json(server_hello(self.session_id, self.sample_rate))
+            await self.send_json(self._server_hello(hello))
+
+    def _server_hello(self, hello: ClientHello) -> dict[str, Any]:
+        if self.hello_reply is not None:
+            return self.hello_reply(hello)
+        return server_hello(self.session_id, self.sample_rate)
+
+    async def start_without_hello(self) -> None:
+        """A transport that is the session from its first byte (MQTT): MCP works before any hello.
+
+        The device's later hellos each open an audio channel (answered by ``hello_reply``).
+        """
+        await self._start(ClientHello(features={"mcp": True}), send_hello=False)
 
     async def _start(self, hello: ClientHello, *, send_hello: bool) -> None:
         """The session begins: answer the hello, tell the handler, then handle MCP sent early."""
         self.hello = hello
         if send_hello:
-            await self.send_json(server_hello(self.session_id, self.sample_rate))
+            await self.send_json(self._server_hello(hello))
         self._handler.on_hello(hello)
         while self._early:
             await self._handle_mcp(self._early.popleft())

@@ -2,8 +2,8 @@
 
 Device → server: ``listen`` (``start`` with a mode, ``stop``, ``detect`` with text) and ``abort``.
 Server → device: ``stt`` (what was heard), ``llm`` (an emotion, with its emoji in ``text``),
-``tts`` (``start``, ``sentence_start`` with text, ``stop``) and ``alert``. See ``docs/`` and
-device-protocol.md §5. Pure: no Home Assistant, nothing raises on bad input.
+``tts`` (``start``, ``sentence_start`` with text, ``stop``) and ``alert``. See
+docs/protocol.md §4. Pure: no Home Assistant, nothing raises on bad input.
 """
 
 from dataclasses import dataclass
@@ -144,3 +144,22 @@ def tts_stop() -> dict[str, Any]:
 def alert(message: str, *, status: str = "Error", emotion: str = EMOTION_ERROR) -> dict[str, Any]:
     """A message the device shows (and sounds) at once."""
     return {"type": "alert", "status": status, "message": message, "emotion": emotion}
+
+
+def _duration(seconds: int, chinese: bool) -> str:
+    """``1 h 30 min`` / ``1小时30分钟``."""
+    hours, rest = divmod(max(0, seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    units = ("小时", "分钟", "秒") if chinese else ("h", "min", "s")
+    space = "" if chinese else " "
+    parts = [f"{value}{space}{unit}" for value, unit in zip((hours, minutes, secs), units, strict=True) if value]
+    return space.join(parts) or f"0{space}{units[2]}"
+
+
+def timer_finished(name: str | None, seconds: int, language: str) -> dict[str, Any]:
+    """The ``alert`` a finished timer rings with: its name or length, in the timer's language."""
+    chinese = language.lower().startswith("zh")
+    what = name or _duration(seconds, chinese)
+    if chinese:
+        return alert(f"计时结束：{what}", status="计时器", emotion="happy")
+    return alert(f"Timer done: {what}", status="Timer", emotion="happy")

@@ -1,0 +1,285 @@
+"""What every device link shares, whatever carries it (WebSocket, or MQTT with UDP audio).
+
+A link is one live session with one device. The device, its entities, its tools and the
+voice satellite see only this narrow interface: ``async_send_json``, ``async_send_audio``,
+``async_end_conversation``, ``async_close``, and whether audio can flow now. MCP discovery,
+the connect-time round (settings made while away, then status) and the routing of what the
+device says live here, once; the transports (``connection.py``, ``mqtt.py``) only move bytes.
+"""
+
+from abc import ABC, abstractmethod
+import asyncio
+import contextlib
+from dataclasses import dataclass
+import logging
+from typing import Any
+
+from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
+from homeassistant.helpers.event import async_call_later
+
+from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION, EVENT_TOOL_ERROR
+from .device import XiaozhiDevice
+from .protocol.mcp import McpConnectionError, McpError, McpRemoteError
+from .protocol.messages import ClientHello, ControlMessage
+from .protocol.register import Registration
+from .protocol.session import DeviceSession
+
+_LOGGER = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientInfo:
+    """What a client said about itself when it connected (headers, query, or MQTT CONNECT)."""
+
+    client_id: str | None
+    protocol_version: int
+
+
+class DeviceLink(ABC):
+    """The runtime side of one session: wires a DeviceSession to a transport and to HA."""
+
+    transport_name: str = ""
+    """``websocket`` or ``mqtt`` (diagnostics, logs)."""
+
+    def __init__(
+        self, hass: HomeAssistant, device: XiaozhiDevice, client: ClientInfo, vision_url: str | None = None
+    ) -> None:
+        self.hass = hass
+        self.vision_url = vision_url
+        self.device = device
+        self.client = client
+        self.log = device.log
+        self.session = DeviceSession(device.mac, self._async_send_text, self, log=self.log)
+        self.discovered = asyncio.Event()  # tools known: calls can go out
+        self.settled = asyncio.Event()  # the connect-time round is over: settings applied, status read
+        self.audio_frames = 0
+        self.dropped_frames = 0
+        self.missed_pings = 0
+        self._discovery: asyncio.Task[None] | None = None
+        self.listen_mode: str | None = None  # of its last listen start (continuous clients stream on)
+        self._cancel_idle: CALLBACK_TYPE | None = None
+
+    # -- what a transport provides ------------------------------------------------------------
+
+    @abstractmethod
+    async def run(self) -> None:
+        """Receive until the link ends; always leaves the device detached (``_cleanup``)."""
+
+    @abstractmethod
+    async def _async_send_text(self, text: str) -> None:
+        """Send one JSON message; raises ConnectionError when the link is gone."""
+
+    @abstractmethod
+    async def async_send_audio(self, packet: bytes, timestamp: int = 0) -> bool:
+        """One downlink Opus packet; False when it cannot reach the device."""
+
+    @abstractmethod
+    async def async_close(self, reason: str, code: int = 1000) -> None:
+        """End the link from our side (replaced, unloaded, token changed; 1001 when HA stops)."""
+
+    @abstractmethod
+    def async_check_alive(self, missed_allowed: int) -> None:
+        """One liveness sweep of the hub."""
+
+    @property
+    def audio_open(self) -> bool:
+        """Whether downlink audio reaches the device now (a conversation channel is open)."""
+        return True
+
+    async def async_end_conversation(self, reason: str) -> None:
+        """End the conversation the way the device understands (WebSocket: close the socket)."""
+        await self.async_close(reason)
+
+    # -- conversation timing ------------------------------------------------------------------
+
+    @callback
+    def touch(self) -> None:
+        """Voice activity: the conversation goes on (an armed idle end is called off)."""
+        if self._cancel_idle is not None:
+            self._cancel_idle()
+            self._cancel_idle = None
+
+    @callback
+    def arm_idle(self, seconds: float) -> None:
+        """The conversation is over: end it after ``seconds`` without voice activity."""
+        self.touch()
+
+        @callback
+        def idle(_now: Any) -> None:
+            self._cancel_idle = None
+            _LOGGER.debug("Device %s idle for %s s; ending its conversation", self.device.mac, seconds)
+            self.hass.async_create_task(self.async_end_conversation("idle"))
+
+        self._cancel_idle = async_call_later(self.hass, seconds, idle)
+
+    @callback
+    def _cleanup(self) -> None:
+        """The link is gone: nothing waits on it, no timer outlives it, the device is detached."""
+        self.touch()
+        self.session.close(f"device {self.device.mac} disconnected")
+        if self._discovery is not None:
+            self._discovery.cancel()  # also a settings/status round still running
+        self.discovered.set()  # nobody waits forever on a gone link
+        self.settled.set()
+        if (voice := self.device.voice) is not None:
+            voice.on_disconnect(self)
+        if self.device.connection is self:
+            _LOGGER.info("Device %s disconnected", self.device.mac)
+        self.device.async_detach(self)
+
+    def _deliver_audio(self, packet: bytes) -> None:
+        """One uplink Opus packet, unwrapped by the transport: to the voice satellite."""
+        if (voice := self.device.voice) is not None:
+            voice.on_audio(self, packet)
+
+    # -- SessionHandler ---------------------------------------------------------------------
+
+    def on_hello(self, hello: ClientHello) -> None:
+        """The device is in: attach it and learn its tools."""
+        _LOGGER.info(
+            "Device %s connected over %s (protocol %s, client %s)",
+            self.device.mac,
+            self.transport_name,
+            self.client.protocol_version,
+            self.client.client_id,
+        )
+        self.device.async_attach(self)
+        if hello.supports_mcp:
+            self._discovery = self.hass.async_create_background_task(
+                self._async_discover(), f"xiaozhi_local discovery {self.device.mac}"
+            )
+        else:
+            self.device.async_set_discovery(self.device.server_info, [])
+            self.discovered.set()
+            self.settled.set()
+
+    def on_audio(self, data: bytes) -> None:
+        """A binary frame on a transport that carries audio in-band (see ``connection.py``)."""
+        self.log.report("unexpected_binary", "dropped a binary frame this transport does not carry")
+
+    async def _async_discover(self) -> None:
+        try:
+            await self._async_discover_and_settle()
+        finally:
+            # Cancelled: a registration replaced it, or the connection ended (``_cleanup`` sets them).
+            if not _cancelling():
+                self.discovered.set()
+                self.settled.set()
+
+    async def _async_discover_and_settle(self) -> None:
+        mcp = self.session.mcp
+        try:
+            try:
+                info = await mcp.initialize(self._capabilities(), timeout=DISCOVERY_TIMEOUT)
+            except McpRemoteError as err:  # some clients skip initialize; tools/list may still work
+                self.log.report("initialize_failed", f"initialize failed: {err}")
+                info = mcp.server_info
+            tools = await mcp.list_tools(with_user_tools=True, timeout=DISCOVERY_TIMEOUT)
+        except McpConnectionError:
+            return  # gone while we asked
+        except McpError as err:
+            _LOGGER.warning("Device %s: could not list its tools: %s", self.device.mac, err)
+            return
+        _LOGGER.debug("Device %s offers %d tools", self.device.mac, len(tools))
+        self.device.async_set_discovery(info, tools)
+        self.discovered.set()
+        await self.device.async_on_ready()
+
+    def _capabilities(self) -> dict[str, Any]:
+        """``vision``: where a camera board uploads photos, with a token just for that."""
+        if self.vision_url is None:
+            return {}
+        return {"vision": {"url": self.vision_url, "token": self.device.async_new_vision_token()}}
+
+    async def _async_relist(self) -> None:
+        """The device says its tools changed."""
+        try:
+            tools = await self.session.mcp.list_tools(with_user_tools=True, timeout=DISCOVERY_TIMEOUT)
+        except McpError as err:
+            self.log.report("relist_failed", f"could not list its tools again: {err}")
+            return
+        self.device.async_set_discovery(self.session.mcp.server_info, tools)
+        await self.device.async_refresh()
+
+    def on_register(self, registration: Registration) -> None:
+        """A registerTools client announced its tools: they are the device's tools from now on."""
+        _LOGGER.debug(
+            "Device %s registered %d tools (%d server-side ones it may call)",
+            self.device.mac,
+            len(registration.remote),
+            len(registration.local),
+        )
+        if self._discovery is not None:
+            # MCP discovery (a hello that announced MCP) or the round of an earlier registration.
+            self._discovery.cancel()
+        self.device.async_set_discovery(self.session.mcp.server_info, registration.remote)
+        self.discovered.set()
+        self.settled.clear()
+        self._discovery = self.hass.async_create_background_task(
+            self._async_settle(), f"xiaozhi_local settle {self.device.mac}"
+        )
+
+    async def _async_settle(self) -> None:
+        """Settings made while the client was away, then its status (as after MCP discovery)."""
+        try:
+            await self.device.async_on_ready()
+        finally:
+            if not _cancelling():
+                self.settled.set()
+
+    def on_tool_error(self, tool: str, error: McpError) -> None:
+        """A ``control`` tool reported done at once failed on the client later: log it, fire an event."""
+        message = error.message if isinstance(error, McpRemoteError) else str(error)
+        code = error.code if isinstance(error, McpRemoteError) else None
+        self.log.report("control_failed", f"tool {tool} failed after it was reported done: {message}")
+        self.hass.bus.async_fire(
+            EVENT_TOOL_ERROR,
+            {
+                "device_id": self.device.device_id,
+                "mac": self.device.mac,
+                "tool": tool,
+                "message": message,
+                "code": code,
+            },
+        )
+
+    def on_notification(self, method: str, params: Any) -> None:
+        """A device notification becomes an HA event (and the device's event entity fires)."""
+        if not self.device.async_allow_notification(method, params):
+            return
+        self.hass.bus.async_fire(
+            EVENT_NOTIFICATION,
+            {"device_id": self.device.device_id, "mac": self.device.mac, "method": method, "params": params},
+        )
+        self.device.async_notification(method, params)
+        if method == "notifications/tools/list_changed" and self.discovered.is_set():
+            self.hass.async_create_background_task(self._async_relist(), f"xiaozhi_local relist {self.device.mac}")
+
+    def on_control(self, message: ControlMessage) -> None:
+        """``listen``/``abort``/…: for the device's voice satellite."""
+        if (voice := self.device.voice) is not None:
+            voice.on_control(self, message)
+        else:
+            _LOGGER.debug("Device %s: %s message with no satellite: %s", self.device.mac, message.type, message.data)
+
+    # -- what the voice satellite sends ------------------------------------------------------
+
+    async def async_send_ai_message(self, kind: str, content: str) -> None:
+        """The agent's reply as ``mcp/ai/message`` (the session sends it to registerTools clients only)."""
+        # Gone: the satellite notices through the connection's end.
+        with contextlib.suppress(McpError, ConnectionError, RuntimeError):
+            await self.session.send_ai_message(kind, content)
+
+    async def async_send_json(self, message: dict[str, Any]) -> bool:
+        """One JSON message to the device; False when the connection is gone."""
+        try:
+            await self.session.send_json(message)
+        except ConnectionError, RuntimeError:
+            return False
+        return True
+
+
+def _cancelling() -> bool:
+    """Whether the running task is being cancelled (its replacement sets the events)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

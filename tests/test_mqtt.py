@@ -1,0 +1,492 @@
+"""The MQTT+UDP transport: devices online from boot, through real TCP and UDP sockets.
+
+The simulated device (``xiaozhi_sim.mqtt``) has its own MQTT and AES-CTR code, written from
+the firmware's ``mqtt_protocol.cc``; it boots through the real OTA endpoint.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import issue_registry as ir
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.xiaozhi_local.const import DOMAIN
+from custom_components.xiaozhi_local.hub import XiaozhiHub
+from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, MAX_UNAUTHENTICATED, MqttLink
+from xiaozhi_sim import SimulatorOptions
+from xiaozhi_sim.mqtt import MqttDevice, MqttRefused, mqtt_connect, mqtt_publish
+from xiaozhi_sim.ota import OtaTiming
+
+from .conftest import CLIENT_ID, CLIENT_ID2, MAC, MAC2, TOKEN, wait_for, wait_settled, ws_url
+from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
+
+FAST = OtaTiming(check_retry_base=0.01, activate_pending_delay=0.01, activate_error_delay=0.01, no_challenge_wait=0.01)
+
+type MqttFactory = Callable[..., Awaitable[MqttDevice]]
+
+
+def listening(hub: XiaozhiHub) -> bool:
+    """Whether the hub's MQTT+UDP endpoint listens now."""
+    return hub.mqtt is not None and hub.mqtt.listening
+
+
+def ota_url(client: TestClient[Any, Any]) -> str:
+    return str(client.make_url("/api/xiaozhi_local/ota/"))
+
+
+@pytest.fixture
+async def hub(hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]) -> XiaozhiHub:
+    """The hub, its URLs pointing at the test server (the MQTT endpoint is on by default)."""
+    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
+    await hass.async_block_till_done()
+    hub: XiaozhiHub = setup_integration.runtime_data
+    assert hub.mqtt is not None
+    assert hub.mqtt.listening
+    return hub
+
+
+@pytest.fixture
+async def make_mqtt(hub: XiaozhiHub, client: TestClient[Any, Any]) -> AsyncIterator[MqttFactory]:
+    """Boot simulated devices through OTA; they come online over MQTT as the firmware does."""
+    devices: list[MqttDevice] = []
+
+    async def factory(*, mac: str = MAC, client_id: str = CLIENT_ID, **kwargs: Any) -> MqttDevice:
+        device = MqttDevice(SimulatorOptions(url="", mac=mac, client_id=client_id, hello_timeout=5, **kwargs))
+        devices.append(device)
+        answer = await device.boot_mqtt(ota_url(client), timing=FAST)
+        assert "mqtt" in answer
+        return device
+
+    yield factory
+    for device in devices:
+        await device.drop()
+
+
+async def test_ota_hands_out_mqtt_and_the_device_stays_online(
+    hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory
+) -> None:
+    device = await make_mqtt()
+    assert device.ota is not None
+    answer = device.ota.answers[-1] if hasattr(device.ota, "answers") else None
+    stored = device.nvs["mqtt"]
+    # Every field py-xiaozhi insists on; the endpoint is built like the WebSocket URL's host.
+    assert set(stored) >= {"endpoint", "client_id", "username", "password", "keepalive", "publish_topic"}
+    assert stored["endpoint"] == f"127.0.0.1:{hub.mqtt.port}"  # type: ignore[union-attr]
+    assert stored["password"] == TOKEN
+    assert device.nvs["websocket"]["token"] == TOKEN  # the WebSocket settings are still sent
+    del answer
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    assert xdev.connection is not None
+    assert xdev.connection.transport_name == "mqtt"
+    assert "self.audio_speaker.set_volume" in xdev.tools
+    assert not device.subscribed
+    assert not device.audio_channel_open  # idle: no conversation, no UDP
+    state = hass.states.get("binary_sensor.kitchen_connected")
+    assert state is not None
+    assert state.state == "on"
+
+    # Idle, and still callable: an automation's call_tool reaches the device.
+    result = await hass.services.async_call(
+        DOMAIN,
+        "call_tool",
+        {"device_id": xdev.device_id, "tool": "self.audio_speaker.set_volume", "arguments": {"volume": 33}},
+        blocking=True,
+        return_response=True,
+    )
+    assert result is not None
+    assert result["text"] == "true"
+    assert device.state.volume == 33
+    # The number entity follows (the status was read again after the setting).
+    await hass.services.async_call(
+        "number", "set_value", {"entity_id": "number.kitchen_volume", "value": 55}, blocking=True
+    )
+    assert device.state.volume == 55
+    state = hass.states.get("number.kitchen_volume")
+    assert state is not None
+    assert float(state.state) == 55
+
+
+async def test_settings_made_while_away_reach_the_device_at_boot(
+    hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory
+) -> None:
+    device = await make_mqtt()
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    await device.drop()  # powered off
+    await wait_for(xdev, lambda d: d.connection is None)
+    await hass.services.async_call(
+        "number", "set_value", {"entity_id": "number.kitchen_volume", "value": 21}, blocking=True
+    )
+    assert xdev.pending
+    await device.start()  # powered on: online at boot, before anyone speaks
+    await wait_for(xdev, lambda d: d.connection is not None)
+    await wait_settled(xdev)
+    assert device.state.volume == 21
+    assert not xdev.pending
+
+
+async def test_voice_turn_over_udp(hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
+    """Hello v3 opens an encrypted UDP channel; speech goes up, the answer comes down, decodable."""
+    device = await make_mqtt()
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    await device.connect()  # the wake word: hello, server hello with udp, the UDP socket
+    hello = device.server_hello
+    assert hello is not None
+    assert hello["transport"] == "udp"
+    assert len(bytes.fromhex(hello["udp"]["key"])) == 16
+    nonce = bytes.fromhex(hello["udp"]["nonce"])
+    assert nonce[0] == 0x01
+    assert hello["udp"]["port"] == hub.mqtt.udp_port  # type: ignore[union-attr]
+    assert hello["session_id"] == device.session_id
+
+    device.relisten = False
+    await device.say(speech_pcm())
+    await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", timeout=30)
+    stt = next(m for m in device.log if m["type"] == "stt")
+    heard = float(stt["text"].split()[1])
+    assert 1.0 <= heard <= 3.5  # the speech survived Opus and AES-CTR uplink
+    played = len(device.speaker_pcm) / 2 / 24000
+    expected = speech_seconds(ready.agent.reply)
+    assert expected - 0.1 <= played <= expected + 0.2
+    assert loud_seconds(bytes(device.speaker_pcm), 24000) > expected * 0.8
+    assert device.datagrams_dropped == 0
+
+    # A second conversation gets new keys.
+    await device.goodbye()
+    await wait_for(xdev, lambda d: d.connection is not None and not d.connection.audio_open)
+    await device.connect()
+    assert device.server_hello is not None
+    assert device.server_hello["udp"]["key"] != hello["udp"]["key"]
+    assert device.server_hello["session_id"] != hello["session_id"]
+    assert xdev.connection is not None  # goodbye ended the conversation, not the link
+
+
+async def test_announce_while_idle_is_an_alert(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+) -> None:
+    device = await make_mqtt()
+    await wait_settled(hub.devices[MAC])
+    await hass.services.async_call(
+        "assist_satellite",
+        "announce",
+        {"entity_id": "assist_satellite.kitchen", "message": "The laundry is done", "preannounce": False},
+        blocking=True,
+    )
+    alert = await device.wait_message(lambda m: m.get("type") == "alert")
+    assert alert["message"] == "The laundry is done"
+    assert isinstance(alert["status"], str)
+    assert isinstance(alert["emotion"], str)  # the firmware ignores an alert missing any of the three
+
+
+async def test_server_goodbye_after_silence(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+) -> None:
+    """Nobody speaks: the conversation ends with ``goodbye`` (the device goes idle, stays online)."""
+    from datetime import timedelta
+
+    from homeassistant.util import dt as dt_util
+    from pytest_homeassistant_custom_component.common import async_fire_time_changed
+
+    device = await make_mqtt()
+    await wait_settled(hub.devices[MAC])
+    await device.connect()
+    await device.send_json({"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"})
+    await asyncio.sleep(0.1)
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=60))
+    goodbye = await device.wait_message(lambda m: m.get("type") == "goodbye")
+    assert goodbye["session_id"] == device.session_id
+    assert not device.audio_channel_open
+    assert device.online.is_set()
+
+
+async def test_restart_button(hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
+    device = await make_mqtt()
+    await wait_settled(hub.devices[MAC])
+    await hass.services.async_call("button", "press", {"entity_id": "button.kitchen_restart"}, blocking=True)
+    async with asyncio.timeout(5):
+        await device.wait_offline()
+    assert device.rebooted
+
+
+async def test_second_connection_replaces_the_first(hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
+    first = await make_mqtt()
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    old = xdev.connection
+    second = await make_mqtt()
+    async with asyncio.timeout(5):
+        await first.wait_offline()
+    await wait_for(xdev, lambda d: d.connection is not None and d.connection is not old)
+    assert second.online.is_set()
+
+
+async def test_two_devices_and_regenerated_token(hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
+    """Each device has its own credentials; a new token ends the session of the old one."""
+    kitchen = await make_mqtt()
+    desk = await make_mqtt(mac=MAC2, client_id=CLIENT_ID2)
+    assert kitchen.nvs["mqtt"]["password"] != desk.nvs["mqtt"]["password"]
+    await wait_for(hub.devices[MAC2], lambda d: d.connection is not None)
+    entry = hub.entry
+    sub = entry.subentries[hub.devices[MAC].subentry_id]
+    hass.config_entries.async_update_subentry(entry, sub, data={**sub.data, "token": "new-token-" + "c" * 40})
+    async with asyncio.timeout(5):
+        await kitchen.wait_offline()
+    with pytest.raises(MqttRefused) as err:
+        await kitchen.start()  # the old password
+    assert err.value.code == 4
+    assert desk.online.is_set()
+
+
+async def test_wrong_credentials_are_refused_and_counted(hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
+    device = await make_mqtt()
+    await wait_settled(hub.devices[MAC])
+    await device.drop()
+    good = dict(device.nvs["mqtt"])
+    for _ in range(FAILED_LOGINS):
+        device.nvs["mqtt"] = {**good, "password": "guess"}
+        with pytest.raises(MqttRefused) as err:
+            await device.start()
+        assert err.value.code == 4  # bad user name or password
+    device.nvs["mqtt"] = good
+    with pytest.raises(MqttRefused) as err:
+        await device.start()  # the address is locked out for a while, even with the right password
+    assert err.value.code == 5
+    assert hub.devices[MAC].refused_tokens >= FAILED_LOGINS
+
+
+async def test_mqtt_off_hands_out_websocket_only(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], make_mqtt: MqttFactory
+) -> None:
+    """Off: the endpoint stops, OTA gives only ``websocket``; the device goes back at its next boot."""
+    device = await make_mqtt()
+    await wait_settled(hub.devices[MAC])
+    hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client), "mqtt": False})
+    await hass.async_block_till_done()
+    assert hub.mqtt is None
+    async with asyncio.timeout(5):
+        await device.wait_offline()
+    answer = await device.boot_mqtt(ota_url(client), timing=FAST)
+    assert "mqtt" not in answer
+    assert device.options.url == ws_url(client)
+    # Per device: "mqtt" wins over the hub's choice (the endpoint starts for it).
+    sub = hub.entry.subentries[hub.devices[MAC].subentry_id]
+    hass.config_entries.async_update_subentry(hub.entry, sub, data={**sub.data, "transport": "mqtt"})
+    await hass.async_block_till_done()
+    assert listening(hub)
+    answer = await device.boot_mqtt(ota_url(client), timing=FAST)
+    assert "mqtt" in answer
+
+
+async def test_port_in_use_raises_a_repair(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], make_mqtt: MqttFactory
+) -> None:
+    blocker = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
+    port = blocker.sockets[0].getsockname()[1]
+    try:
+        hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client), "mqtt_port": port})
+        await hass.async_block_till_done()
+        assert hub.mqtt is None
+        issue = ir.async_get(hass).async_get_issue(DOMAIN, "mqtt_port_unavailable")
+        assert issue is not None
+        assert issue.translation_placeholders is not None
+        assert issue.translation_placeholders["tcp"] == str(port)
+        # No mqtt in the OTA answer while nothing listens: the device keeps its WebSocket.
+        device = MqttDevice(SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID))
+        answer = await device.boot_mqtt(ota_url(client), timing=FAST)
+        assert "mqtt" not in answer
+    finally:
+        blocker.close()
+    hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client)})
+    await hass.async_block_till_done()
+    assert listening(hub)
+    assert ir.async_get(hass).async_get_issue(DOMAIN, "mqtt_port_unavailable") is None
+
+
+# -- hostile input ------------------------------------------------------------------------------
+
+
+async def _raw(hub: XiaozhiHub) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    assert hub.mqtt is not None
+    return await asyncio.open_connection("127.0.0.1", hub.mqtt.port)
+
+
+async def _closed(reader: asyncio.StreamReader) -> bytes:
+    """Everything the endpoint sends until it closes the connection."""
+    async with asyncio.timeout(5):
+        return await reader.read()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        mqtt_publish("x", b'{"type":"hello"}'),  # a packet before CONNECT
+        bytes([0x10, 0x80, 0x80, 0x80, 0x01]),  # CONNECT announcing 256 MB
+        bytes([0x10, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F]),  # a remaining length of five bytes
+        bytes([0x10, 0x04, 0x00, 0x09, 0x41, 0x42]),  # a field running past its packet
+        bytes([0x00, 0x00]),  # a reserved packet type
+        b"GET / HTTP/1.1\r\n\r\n",
+    ],
+)
+async def test_malformed_before_connect_is_refused(hub: XiaozhiHub, data: bytes) -> None:
+    reader, writer = await _raw(hub)
+    writer.write(data)
+    await writer.drain()
+    assert await _closed(reader) in (b"", bytes([0x20, 2, 0, 1]))
+    writer.close()
+    assert not hub.connections
+
+
+async def test_malformed_packet_after_connect_ends_only_that_link(hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
+    device = await make_mqtt()
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    await device.send_mqtt_raw(bytes([0x30, 0x80, 0x80, 0x80, 0x01]))  # a 256 MB PUBLISH
+    async with asyncio.timeout(5):
+        await device.wait_offline()
+    await wait_for(xdev, lambda d: d.connection is None)
+    await device.start()  # it reconnects, as the firmware does after 60 s
+    await wait_for(xdev, lambda d: d.connection is not None)
+
+
+async def test_connect_flood_is_bounded(hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
+    """Connections that never send CONNECT: past the limit new ones are closed; real devices still get in."""
+    held = [await _raw(hub) for _ in range(MAX_UNAUTHENTICATED)]
+    await asyncio.sleep(0.05)
+    reader, writer = await _raw(hub)
+    assert await _closed(reader) == b""
+    writer.close()
+    for _reader, held_writer in held:
+        held_writer.close()
+    await asyncio.sleep(0.05)
+    device = await make_mqtt()
+    await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
+    assert device.online.is_set()
+
+
+async def _next_answer(reader: asyncio.StreamReader) -> bytes:
+    """The next packet that is not a PUBLISH (discovery's MCP requests are published meanwhile)."""
+    async with asyncio.timeout(5):
+        while True:
+            first = await reader.readexactly(1)
+            remaining, shift, header = 0, 0, bytearray(first)
+            while True:
+                byte = (await reader.readexactly(1))[0]
+                header.append(byte)
+                remaining |= (byte & 0x7F) << shift
+                shift += 7
+                if not byte & 0x80:
+                    break
+            packet = bytes(header) + await reader.readexactly(remaining)
+            if first[0] >> 4 != 3:
+                return packet
+
+
+async def test_subscribe_and_qos1_are_answered(hub: XiaozhiHub) -> None:
+    """py-xiaozhi's paho subscribes (QoS 1) and may publish with QoS 1: both get their answer."""
+    reader, writer = await _raw(hub)
+    writer.write(mqtt_connect("c", MAC, TOKEN, 60))
+    assert await _next_answer(reader) == bytes([0x20, 2, 0, 0])
+    writer.write(bytes([0x82, 0x07, 0x00, 0x05, 0x00, 0x02]) + b"t/" + bytes([0x01]))
+    assert await _next_answer(reader) == bytes([0x90, 0x03, 0x00, 0x05, 0x01])
+    body = b"\x00\x01t\x00\x09" + b'{"type":"x"}'
+    writer.write(bytes([0x32, len(body)]) + body)
+    assert await _next_answer(reader) == bytes([0x40, 0x02, 0x00, 0x09])
+    writer.write(bytes([0xA2, 0x05, 0x00, 0x0A, 0x00, 0x01]) + b"t")  # UNSUBSCRIBE
+    assert await _next_answer(reader) == bytes([0xB0, 0x02, 0x00, 0x0A])
+    writer.write(bytes([0xC0, 0x00]))  # PINGREQ
+    assert await _next_answer(reader) == bytes([0xD0, 0x00])
+    writer.write(bytes([0xE0, 0x00]))  # DISCONNECT
+    await _closed(reader)
+    writer.close()
+
+
+async def test_udp_garbage_replays_and_spoofing(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+) -> None:
+    """Only datagrams that prove the session count; nothing is sent to an address that did not."""
+    assert hub.mqtt is not None
+    device = await make_mqtt()
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    await device.connect()
+    link = xdev.connection
+    assert isinstance(link, MqttLink)
+    loop = asyncio.get_running_loop()
+    received: list[bytes] = []
+
+    class Catch(asyncio.DatagramProtocol):
+        def datagram_received(self, data: bytes, addr: Any) -> None:
+            received.append(data)
+
+    spoof, _ = await loop.create_datagram_endpoint(Catch, remote_addr=("127.0.0.1", hub.mqtt.udp_port))
+    try:
+        refused = hub.mqtt.refused
+        spoof.sendto(b"\x00" * 3)
+        spoof.sendto(b"\x01" * 200)
+        await asyncio.sleep(0.1)
+        assert hub.mqtt.refused == refused + 2  # no session: dropped at the door
+        assert not link.audio_open  # no address proved yet: no audio goes anywhere
+
+        from xiaozhi_sim.voice import MicEncoder
+
+        packets = list(MicEncoder(60).packets(speech_pcm()[:32000]))
+        genuine = device.send_datagram(packets[0])
+        await wait_for(xdev, lambda _d: link.audio_open)
+        frames = link.audio_frames
+        peer = link.peer
+        # The same datagram again, from another address: a replay, refused.
+        spoof.sendto(genuine)
+        # The session's header with a forged payload (no key): refused, the address is not moved.
+        forged = bytearray(genuine)
+        forged[12:16] = (10_000).to_bytes(4)
+        spoof.sendto(bytes(forged))
+        await asyncio.sleep(0.1)
+        assert link.audio_frames == frames
+        assert link.peer == peer
+        assert received == []
+        # The device goes on: the next genuine packets are taken.
+        device.send_datagram(packets[1])
+        device.send_datagram(packets[2])
+        await asyncio.sleep(0.1)
+        assert link.audio_frames == frames + 2
+    finally:
+        spoof.close()
+
+
+async def test_timer_rings_on_an_idle_device(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+) -> None:
+    """ "Set a timer for 2 minutes" spoken to the device works, and the finished timer reaches it idle."""
+    from datetime import timedelta
+
+    from homeassistant.helpers import intent
+    from homeassistant.util import dt as dt_util
+    from pytest_homeassistant_custom_component.common import async_fire_time_changed
+
+    device = await make_mqtt()
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    # What the conversation agent runs for the sentence (before: "timers are not supported").
+    response = await intent.async_handle(
+        hass, "test", intent.INTENT_START_TIMER, {"minutes": {"value": 2}}, device_id=xdev.device_id
+    )
+    assert response.response_type == intent.IntentResponseType.ACTION_DONE
+    assert not device.audio_channel_open  # idle all the while
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(minutes=2, seconds=1))
+    alert = await device.wait_message(lambda m: m.get("type") == "alert")
+    assert alert["message"] == "Timer done: 2 min"
+    assert alert["status"] == "Timer"
+
+
+def test_timer_text_in_both_languages() -> None:
+    from custom_components.xiaozhi_local.protocol.voice import timer_finished
+
+    assert timer_finished(None, 5400, "en")["message"] == "Timer done: 1 h 30 min"
+    assert timer_finished(None, 90, "zh-CN")["message"] == "计时结束：1分钟30秒"
+    assert timer_finished("pasta", 600, "en")["message"] == "Timer done: pasta"
