@@ -71,12 +71,16 @@ def prepare(config: Path, devices: list[tuple[str, str]], port: int, *, accept_w
     seed_entry(
         config,
         [(mac, token, f"Bench {index}", client_id_of(mac)) for index, (mac, token) in enumerate(devices)],
-        {"accept_without_code": accept_without_code, "websocket_url": f"ws://127.0.0.1:{port}/api/xiaozhi_local/v1/"},
+        {
+            "accept_without_code": accept_without_code,
+            "websocket_url": f"ws://127.0.0.1:{port}/api/xiaozhi_local/v1/",
+            "mqtt": False,  # these runs measure the WebSocket transport
+        },
     )
     seed_probe_entry(config)
-    (config / "configuration.yaml").write_text(
-        f"http:\n  server_port: {port}\napi:\nwebsocket_api:\nbench_probe:\nlogger:\n  default: warning\n"
-    )
+    # The port where HA keeps it: a YAML port is a trial that HA reverts (and restarts) after 5 minutes.
+    dev_setup.keep_port(config, port)
+    (config / "configuration.yaml").write_text("api:\nwebsocket_api:\nbench_probe:\nlogger:\n  default: warning\n")
     (config / "custom_components").mkdir()
     (config / "custom_components" / "xiaozhi_local").symlink_to(ROOT / "custom_components" / "xiaozhi_local")
     shutil.copytree(ROOT / "bench" / "probe", config / "custom_components" / "bench_probe")

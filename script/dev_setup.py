@@ -1,9 +1,15 @@
-"""Prepare config/ for script/develop: the Xiaozhi Local hub and one paired simulated device.
+"""Prepare config/ for script/develop: the Xiaozhi Local hub and two paired simulated devices.
 
 Uses Home Assistant's own ConfigEntry class to write ``.storage/core.config_entries``, so the
 dev HA starts with the integration set up (no clicks beyond HA's onboarding). Idempotent: a
-second run keeps the existing entry and token. Prints ``MAC TOKEN CLIENT_ID`` of the simulated
-device: the simulator boots with that Client-Id, the identity the device paired with.
+second run keeps the existing entry and tokens. The HTTP port is written where HA keeps it
+(``.storage/http``, not YAML: a YAML port is only a trial that HA reverts after 5 minutes).
+
+Prints one line ``MAC TOKEN CLIENT_ID`` per simulated device: the first is always connected
+(MQTT+UDP, the hub's default), the second connects per conversation (WebSocket, its own choice).
+Each simulator boots with its Client-Id, the identity its device paired with.
+
+Usage: ``dev_setup.py CONFIG_DIR [HTTP_PORT]``.
 """
 
 import json
@@ -13,29 +19,77 @@ import sys
 from types import MappingProxyType
 from typing import Any
 
+from homeassistant.components.http.config import (
+    HTTP_STORAGE_SCHEMA,
+    STORAGE_KEY as HTTP_STORAGE_KEY,
+    STORAGE_MINOR_VERSION as HTTP_STORAGE_MINOR_VERSION,
+    STORAGE_VERSION as HTTP_STORAGE_VERSION,
+)
 from homeassistant.config_entries import (
     SOURCE_USER,
     STORAGE_KEY,
     STORAGE_VERSION,
     STORAGE_VERSION_MINOR,
     ConfigEntry,
+    ConfigSubentry,
     ConfigSubentryData,
 )
+from homeassistant.util import dt as dt_util
 
 DOMAIN = "xiaozhi_local"
 SIM_MAC = "cc:ba:97:04:92:94"
 SIM_CLIENT_ID = "5e1f0000-0000-4000-8000-00000000c0de"
-# On one machine the simulators reach HA on loopback, whatever address HA finds for itself.
-DEV_OPTIONS = {"accept_without_code": False, "websocket_url": "ws://127.0.0.1:8123/api/xiaozhi_local/v1/"}
+WS_MAC = "cc:ba:97:04:92:96"
+WS_CLIENT_ID = "5e1f0000-0000-4000-8000-00000000c0df"
+HA_PORT = 8123
+MQTT_PORT = 1885
+
+
+def dev_options(port: int) -> dict[str, object]:
+    """Hub options: the simulators reach HA on loopback, whatever address HA finds for itself.
+
+    Another HTTP port gets MQTT/UDP ports moved by as much, so two dev setups can run side by side.
+    """
+    return {
+        "accept_without_code": False,
+        "websocket_url": f"ws://127.0.0.1:{port}/api/xiaozhi_local/v1/",
+        "mqtt": True,
+        "mqtt_port": MQTT_PORT + port - HA_PORT,
+        "udp_port": MQTT_PORT + port - HA_PORT,
+    }
+
+
+def keep_port(config_dir: Path, port: int) -> None:
+    """Write the HTTP port as HA keeps it (its ``http`` store), other stored settings unchanged."""
+    path = config_dir / ".storage" / HTTP_STORAGE_KEY
+    store: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    data = store.get("data") or {}
+    stable = dict(data.get("stable") or HTTP_STORAGE_SCHEMA({}))
+    if stable.get("server_port") == port and path.exists():
+        return
+    stable.update(server_port=port, created_at=dt_util.utcnow().isoformat(), error=None, error_message=None)
+    store = {
+        "version": HTTP_STORAGE_VERSION,
+        "minor_version": HTTP_STORAGE_MINOR_VERSION,
+        "key": HTTP_STORAGE_KEY,
+        "data": {"stable": stable, "pending": None, "yaml_migration_done": True},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(store, indent=2))
 
 
 def seed_entry(
-    config_dir: Path, devices: list[tuple[str, str, str, str]], options: dict[str, object]
+    config_dir: Path,
+    devices: list[tuple[str, str, str, str]],
+    options: dict[str, object],
+    extra: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, object]:
     """The hub entry (created with ``devices`` as ``(mac, token, title, client_id)`` when missing).
 
-    A device seeded by an earlier version without a Client-Id gets it. Returns the entry as stored.
+    ``extra`` adds subentry data per MAC. A device missing from an existing entry is added; one
+    seeded by an earlier version without a Client-Id gets it. Returns the entry as stored.
     """
+    extra = extra or {}
     path = config_dir / ".storage" / STORAGE_KEY
     store: dict[str, Any] = (
         json.loads(path.read_text())
@@ -59,7 +113,7 @@ def seed_entry(
             source=SOURCE_USER,
             subentries_data=[
                 ConfigSubentryData(
-                    data={"mac": mac, "token": token, "client_id": client_id},
+                    data={"mac": mac, "token": token, "client_id": client_id, **extra.get(mac, {})},
                     subentry_type="device",
                     title=title,
                     unique_id=mac,
@@ -73,6 +127,23 @@ def seed_entry(
         hub = json.loads(json.dumps(entry.as_dict(), default=str))
         entries.append(hub)
     changed = False
+    known = {sub["data"].get("mac") for sub in hub.get("subentries", [])}
+    for mac, token, title, client_id in devices:
+        if mac not in known:
+            sub = ConfigSubentry(
+                data=MappingProxyType({"mac": mac, "token": token, "client_id": client_id, **extra.get(mac, {})}),
+                subentry_type="device",
+                title=title,
+                unique_id=mac,
+            )
+            hub.setdefault("subentries", []).append(json.loads(json.dumps(sub.as_dict(), default=str)))
+            changed = True
+    # The addresses follow the port of this run; the user's other choices stay.
+    current = hub.setdefault("options", {})
+    wanted = {**options, **{k: v for k, v in current.items() if k not in ("websocket_url", "mqtt_port", "udp_port")}}
+    if current != wanted:
+        hub["options"] = wanted
+        changed = True
     for sub in hub.get("subentries", []):
         wanted = next((d for d in devices if d[0] == sub["data"].get("mac")), None)
         if wanted is not None and not sub["data"].get("client_id"):
@@ -85,20 +156,26 @@ def seed_entry(
     return stored
 
 
-def main(config_dir: Path) -> None:
-    """Seed the entry if missing and print the simulated device's MAC and token."""
+def main(config_dir: Path, port: int = HA_PORT) -> None:
+    """Seed the entry (and the port); print each simulated device's MAC, token and Client-Id."""
+    keep_port(config_dir, port)
     hub = seed_entry(
-        config_dir, [(SIM_MAC, secrets.token_urlsafe(32), "Simulated xiaozhi", SIM_CLIENT_ID)], DEV_OPTIONS
+        config_dir,
+        [
+            (SIM_MAC, secrets.token_urlsafe(32), "Simulated xiaozhi", SIM_CLIENT_ID),
+            (WS_MAC, secrets.token_urlsafe(32), "Simulated xiaozhi (WebSocket)", WS_CLIENT_ID),
+        ],
+        dev_options(port),
+        {WS_MAC: {"transport": "websocket"}},
     )
     subentries = hub.get("subentries", [])
     assert isinstance(subentries, list)
-    device = next((s for s in subentries if s["data"].get("mac") == SIM_MAC), None)
-    if device is None:
-        sys.exit(
-            f"The existing Xiaozhi Local entry has no device {SIM_MAC}; add it in the UI or remove config/.storage"
-        )
-    print(SIM_MAC, device["data"]["token"], device["data"].get("client_id", SIM_CLIENT_ID))
+    for mac, client_id in ((SIM_MAC, SIM_CLIENT_ID), (WS_MAC, WS_CLIENT_ID)):
+        device = next((s for s in subentries if s["data"].get("mac") == mac), None)
+        if device is None:
+            sys.exit(f"The Xiaozhi Local entry has no device {mac}; add it in the UI or remove config/.storage")
+        print(mac, device["data"]["token"], device["data"].get("client_id", client_id))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else HA_PORT)

@@ -490,3 +490,24 @@ def test_timer_text_in_both_languages() -> None:
     assert timer_finished(None, 5400, "en")["message"] == "Timer done: 1 h 30 min"
     assert timer_finished(None, 90, "zh-CN")["message"] == "计时结束：1分钟30秒"
     assert timer_finished("pasta", 600, "en")["message"] == "Timer done: pasta"
+
+
+async def test_py_xiaozhi_over_mqtt(hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
+    """py-xiaozhi's MQTT mode: it subscribes, speaks 20 ms frames and builds its headers its own way."""
+    device = await make_mqtt(flavor="py-xiaozhi")
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    assert device.subscribed
+    assert device.subacks == 1
+    assert xdev.find_tool("self.audio_speaker.set_volume") is not None
+    await hass.services.async_call(
+        "number", "set_value", {"entity_id": "number.kitchen_volume", "value": 42}, blocking=True
+    )
+    assert device.state.volume == 42
+    await device.connect()
+    device.relisten = False
+    await device.say(speech_pcm())
+    await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", timeout=30)
+    stt = next(m for m in device.log if m["type"] == "stt")
+    assert 1.0 <= float(stt["text"].split()[1]) <= 3.5
+    assert loud_seconds(bytes(device.speaker_pcm), 24000) > speech_seconds(ready.agent.reply) * 0.8

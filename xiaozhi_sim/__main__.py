@@ -93,17 +93,15 @@ async def run(args: argparse.Namespace) -> int:
     if args.client_id:
         options.client_id = args.client_id
     device = SimulatedDevice(options)  # one device: its NVS survives reconnects, as in flash
-    if args.ota:
-        answer = await device.check_ota(args.ota, on_code=_print_code)
-        if "mqtt" in answer:  # the firmware then speaks MQTT+UDP (``InitializeProtocol``)
-            return await run_mqtt(args, options, answer["mqtt"])
-        device.use_websocket_settings()
-    needs_boot = False
+    needs_boot = bool(args.ota)
     delay = 1.0
     while True:
         try:
             if needs_boot:
-                await device.boot(args.ota, on_code=_print_code)
+                answer = await device.check_ota(args.ota, on_code=_print_code)
+                if "mqtt" in answer:  # the firmware then speaks MQTT+UDP (``InitializeProtocol``)
+                    return await run_mqtt(args, options, answer["mqtt"])
+                device.use_websocket_settings()
             await device.connect()
         except DeviceCrashed as err:
             print(f"device crashed: {err}", file=sys.stderr)
@@ -121,6 +119,8 @@ async def run(args: argparse.Namespace) -> int:
         print(f"connected as {options.mac}, session {device.session_id}", flush=True)
         await device.wait_closed()
         print("disconnected", flush=True)
+        if device.rebooted:
+            needs_boot = bool(args.ota)
         if not args.reconnect:
             return 0
         await asyncio.sleep(delay)
@@ -135,7 +135,7 @@ async def run_mqtt(args: argparse.Namespace, options: SimulatorOptions, mqtt: di
         except MqttRefused as err:
             print(f"MQTT refused: {err}", file=sys.stderr)
             return 1
-        except OSError as err:
+        except (OSError, RuntimeError) as err:
             print(f"MQTT connection failed: {err}", file=sys.stderr)
             if not args.reconnect:
                 return 1

@@ -15,7 +15,13 @@ What the stock firmware does when its OTA answer carries ``mqtt``:
 - ``goodbye`` closes the channel either way (the device's carries its session id);
 - after a disconnect it reconnects in 60 s, but only while idle.
 
-This file has its own MQTT and UDP code, written from the firmware, not the server's.
+With ``flavor="py-xiaozhi"`` it is py-xiaozhi's MQTT mode (``src/protocols/mqtt_protocol.py``,
+``mqtt_udp.py``, ``mqtt_crypto.py``) instead: it refuses an ``mqtt`` object missing its user name,
+password or publish topic; it subscribes (QoS 1) to ``subscribe_topic`` unless that is missing or
+``"null"``; its hello announces 20 ms frames; its uplink header keeps bytes 8–11 of the nonce (no
+timestamp); it ignores the downlink header beyond using it as the counter block.
+
+This file has its own MQTT and UDP code, written from the clients, not the server's.
 """
 
 import asyncio
@@ -66,6 +72,12 @@ def mqtt_connect(client_id: str, username: str, password: str, keepalive: int) -
     if password:
         body += _str(password)
     return bytes([0x10]) + _varint(len(body)) + body
+
+
+def mqtt_subscribe(packet_id: int, topic: str, qos: int) -> bytes:
+    """SUBSCRIBE to one topic (paho, as py-xiaozhi uses it)."""
+    body = struct.pack(">H", packet_id) + _str(topic) + bytes([qos])
+    return bytes([0x82]) + _varint(len(body)) + body
 
 
 def mqtt_publish(topic: str, payload: bytes) -> bytes:
@@ -127,7 +139,8 @@ class MqttDevice(SimulatedDevice):
         self._udp_address: tuple[str, int] | None = None
         self.local_sequence = 0
         self.remote_sequence = 0
-        self.subscribed = False  # the firmware never subscribes (kept False: a test asserts it)
+        self.subscribed = False  # the firmware never subscribes; py-xiaozhi does
+        self.subacks = 0
         self.datagrams_dropped = 0
         self.publishes_received = 0
 
@@ -154,6 +167,9 @@ class MqttDevice(SimulatedDevice):
         endpoint = str(settings.get("endpoint", ""))
         if not endpoint:
             raise RuntimeError("MQTT endpoint is not specified")
+        py_xiaozhi = self.options.flavor == "py-xiaozhi"
+        if py_xiaozhi and not all(settings.get(key) for key in ("username", "password", "publish_topic")):
+            raise RuntimeError("MQTT配置不完整")  # py-xiaozhi's words: the configuration is incomplete
         host, _, port_text = endpoint.partition(":")
         port = int(port_text) if port_text else 8883
         if port == 8883:
@@ -179,6 +195,11 @@ class MqttDevice(SimulatedDevice):
             writer.close()
             raise MqttRefused(body[1] if len(body) >= 2 else -1)
         self._reader_stream, self._writer = reader, writer
+        topic = settings.get("subscribe_topic")
+        if py_xiaozhi and isinstance(topic, str) and topic and topic != "null":
+            writer.write(mqtt_subscribe(1, topic, 1))
+            await writer.drain()
+            self.subscribed = True
         self.offline.clear()
         self.online.set()
         self.closed.clear()
@@ -196,7 +217,9 @@ class MqttDevice(SimulatedDevice):
         try:
             while True:
                 kind, _flags, body = await read_packet(self._reader_stream)
-                if kind != 3:  # PINGRESP, or anything else: nothing to do
+                if kind == 9:  # SUBACK
+                    self.subacks += 1
+                if kind != 3:  # PINGRESP, SUBACK: nothing more to do
                     continue
                 self.publishes_received += 1
                 (topic_length,) = struct.unpack_from(">H", body)
@@ -281,7 +304,20 @@ class MqttDevice(SimulatedDevice):
         self.closed.clear()
 
     def hello(self) -> dict[str, Any]:
-        """``MqttProtocol::GetHelloMessage``."""
+        """``MqttProtocol::GetHelloMessage`` (py-xiaozhi: its own, 20 ms frames)."""
+        if self.options.flavor == "py-xiaozhi":
+            return {
+                "type": "hello",
+                "version": 3,
+                "features": {"mcp": True},
+                "transport": "udp",
+                "audio_params": {
+                    "format": "opus",
+                    "sample_rate": 16000,
+                    "channels": 1,
+                    "frame_duration": self.frame_ms,
+                },
+            }
         return {
             "type": "hello",
             "version": 3,
@@ -324,7 +360,8 @@ class MqttDevice(SimulatedDevice):
         self.local_sequence += 1
         header = bytearray(self._nonce)
         struct.pack_into(">H", header, 2, len(payload))
-        struct.pack_into(">I", header, 8, timestamp & 0xFFFFFFFF)
+        if self.options.flavor != "py-xiaozhi":  # py-xiaozhi leaves the nonce's bytes 8–11 there
+            struct.pack_into(">I", header, 8, timestamp & 0xFFFFFFFF)
         struct.pack_into(">I", header, 12, self.local_sequence)
         datagram = bytes(header) + aes_ctr(self._key, bytes(header), payload)
         self._udp.sendto(datagram)

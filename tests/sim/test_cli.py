@@ -94,3 +94,28 @@ async def test_cli_register_flavor(
     out, _err = await asyncio.wait_for(proc.communicate(), 30)
     assert "disconnected" in out.decode()
     assert proc.returncode == 0
+
+
+async def test_cli_stays_online_over_mqtt(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], tmp_path: Path
+) -> None:
+    """``--ota`` with an answer that carries ``mqtt``: online from boot; a restart brings it back."""
+    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
+    await hass.async_block_till_done()
+    ota = str(client.make_url("/api/xiaozhi_local/ota/"))
+    flash = tmp_path / "flash.json"
+    flash.write_text(json.dumps({"board": {"uuid": CLIENT_ID}}))
+    proc = await run_cli("--ota", ota, "--mac", MAC, "--nvs", str(flash), "--reconnect", "--mqtt-reconnect", "0.1")
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    assert line.decode().startswith(f"connected as {MAC} over MQTT")
+    xdev = setup_integration.runtime_data.devices[MAC]
+    await wait_for(xdev, lambda d: d.connection is not None, timeout=30)
+    assert xdev.connection is not None
+    assert xdev.connection.transport_name == "mqtt"
+    await xdev.connection.async_close("test: the link drops")
+    assert (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().startswith("disconnected")
+    assert (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().startswith("connected as")
+    proc.terminate()
+    await asyncio.wait_for(proc.communicate(), 30)
+    assert json.loads(flash.read_text())["mqtt"]["username"] == MAC

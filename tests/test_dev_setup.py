@@ -1,0 +1,54 @@
+"""script/dev_setup.py: the config directory script/develop and the bench start from."""
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from homeassistant.components.http.config import HTTPConfigStore
+from homeassistant.core import HomeAssistant
+
+ROOT = Path(__file__).parent.parent
+
+
+def dev_setup() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("dev_setup", ROOT / "script" / "dev_setup.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_port_is_kept_where_home_assistant_keeps_it(
+    hass: HomeAssistant, hass_storage: dict[str, Any], tmp_path: Path
+) -> None:
+    """No YAML trial (reverted after 5 minutes): the stable HTTP config HA loads has the port."""
+    module = dev_setup()
+    module.keep_port(tmp_path, 8200)
+    written = json.loads((tmp_path / ".storage" / "http").read_text())
+    hass_storage["http"] = written  # what HA's Store reads from .storage/http
+    store = HTTPConfigStore(hass)
+    await store.async_load()
+    assert store.stable["server_port"] == 8200
+    assert store.pending is None
+    assert store.yaml_migration_done
+
+
+def test_two_devices_one_per_transport(tmp_path: Path, capsys: object) -> None:
+    module = dev_setup()
+    module.main(tmp_path, 8124)
+    entries = json.loads((tmp_path / ".storage" / "core.config_entries").read_text())["data"]["entries"]
+    hub = next(e for e in entries if e["domain"] == "xiaozhi_local")
+    assert hub["options"]["websocket_url"] == "ws://127.0.0.1:8124/api/xiaozhi_local/v1/"
+    assert hub["options"]["mqtt_port"] == 1886  # moved with the HTTP port: two setups side by side
+    transports = {sub["data"]["mac"]: sub["data"].get("transport") for sub in hub["subentries"]}
+    assert transports == {module.SIM_MAC: None, module.WS_MAC: "websocket"}
+    # A second run keeps the tokens and follows a new port.
+    tokens = {sub["data"]["mac"]: sub["data"]["token"] for sub in hub["subentries"]}
+    module.main(tmp_path, 8123)
+    entries = json.loads((tmp_path / ".storage" / "core.config_entries").read_text())["data"]["entries"]
+    hub = next(e for e in entries if e["domain"] == "xiaozhi_local")
+    assert {sub["data"]["mac"]: sub["data"]["token"] for sub in hub["subentries"]} == tokens
+    assert hub["options"]["mqtt_port"] == 1885
