@@ -1,6 +1,8 @@
-"""``python -m bench {audio,fuzz,all}``: figures of this machine, written to ``bench/README.md``.
+"""``python -m bench {audio,fuzz,load,mqtt,crash,all}``: figures of this machine, in ``bench/README.md``.
 
 ``load``: a real Home Assistant process and many simulated devices (see ``bench/load.py``).
+
+``mqtt``: the same, with the devices always connected over MQTT+UDP (see ``bench/mqtt.py``).
 
 ``fuzz``: hostile frames through the protocol layer (see ``bench/fuzz.py``).
 
@@ -31,6 +33,7 @@ from custom_components.xiaozhi_local.protocol.audio import OpusDecoder, OpusEnco
 from .crash import crash
 from .fuzz import fuzz_report, run_fuzz
 from .load import load, pct
+from .mqtt import mqtt_load
 
 ROOT = Path(__file__).parent
 SPEECH = ROOT.parent / "tests" / "fixtures" / "speech_16k.wav"
@@ -182,7 +185,8 @@ async def audio(args: argparse.Namespace) -> str:
 HEADER = (
     "# Benchmarks\n\nFigures from one run of one command, so they can be compared next time. "
     "They are not part of the test run.\n\n"
-    "Reproduce: `script/bootstrap && .venv/bin/python -m bench all` (or one of `audio`, `fuzz`, `load`, `crash`).\n"
+    "Reproduce: `script/bootstrap && .venv/bin/python -m bench all` "
+    "(or one of `audio`, `fuzz`, `load`, `mqtt`, `crash`).\n"
 )
 
 
@@ -201,7 +205,7 @@ def write_sections(reports: list[str]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("which", choices=["audio", "fuzz", "load", "crash", "all"])
+    parser.add_argument("which", choices=["audio", "fuzz", "load", "mqtt", "crash", "all"])
     parser.add_argument("--trials", type=int, default=5, help="kill -9 trials for crash")
     parser.add_argument("--devices", type=int, default=1000, help="simulated devices for load")
     parser.add_argument("--concurrency", type=int, default=100, help="devices booting at once in the ramp")
@@ -226,6 +230,20 @@ def main() -> int:
         reports.append(
             asyncio.run(
                 load(
+                    devices=args.devices,
+                    concurrency=args.concurrency,
+                    hold=args.hold,
+                    calls=args.calls,
+                    rate=args.rate,
+                    port=args.port,
+                    talkers=args.talkers,
+                )
+            )
+        )
+    if args.which in ("mqtt", "all"):
+        reports.append(
+            asyncio.run(
+                mqtt_load(
                     devices=args.devices,
                     concurrency=args.concurrency,
                     hold=args.hold,

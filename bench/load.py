@@ -58,8 +58,19 @@ def client_id_of(mac: str) -> str:
     return f"00000000-0000-4000-8000-{mac.replace(':', '')}"
 
 
-def prepare(config: Path, devices: list[tuple[str, str]], port: int, *, accept_without_code: bool = False) -> None:
-    """A config dir like script/develop's, with ``devices`` paired and the probe installed."""
+def prepare(
+    config: Path,
+    devices: list[tuple[str, str]],
+    port: int,
+    *,
+    accept_without_code: bool = False,
+    mqtt_port: int | None = None,
+    websocket_macs: frozenset[str] = frozenset(),
+) -> None:
+    """A config dir like script/develop's, with ``devices`` paired and the probe installed.
+
+    ``mqtt_port``: the hub hands out MQTT (TCP and UDP on that port), except to ``websocket_macs``.
+    """
     spec = importlib.util.spec_from_file_location("dev_setup", ROOT / "script" / "dev_setup.py")
     assert spec is not None
     assert spec.loader is not None
@@ -74,8 +85,12 @@ def prepare(config: Path, devices: list[tuple[str, str]], port: int, *, accept_w
         {
             "accept_without_code": accept_without_code,
             "websocket_url": f"ws://127.0.0.1:{port}/api/xiaozhi_local/v1/",
-            "mqtt": False,  # these runs measure the WebSocket transport
+            # ``load`` measures the WebSocket transport; ``mqtt`` the always-connected one.
+            "mqtt": mqtt_port is not None,
+            "mqtt_port": mqtt_port or 0,
+            "udp_port": mqtt_port or 0,
         },
+        {mac: {"transport": "websocket"} for mac in websocket_macs},
     )
     seed_probe_entry(config)
     # The port where HA keeps it: a YAML port is a trial that HA reverts (and restarts) after 5 minutes.

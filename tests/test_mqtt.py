@@ -511,3 +511,121 @@ async def test_py_xiaozhi_over_mqtt(hass: HomeAssistant, ready: Voice, hub: Xiao
     stt = next(m for m in device.log if m["type"] == "stt")
     assert 1.0 <= float(stt["text"].split()[1]) <= 3.5
     assert loud_seconds(bytes(device.speaker_pcm), 24000) > speech_seconds(ready.agent.reply) * 0.8
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def test_every_device_comes_back_after_a_restart(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], make_mqtt: MqttFactory
+) -> None:
+    """Home Assistant restarts (the entry reloads): each device reconnects on its own, as the firmware does."""
+    port = free_port()
+    hass.config_entries.async_update_entry(
+        hub.entry, options={"websocket_url": ws_url(client), "mqtt_port": port, "udp_port": port}
+    )
+    await hass.async_block_till_done()
+    kitchen = await make_mqtt()
+    desk = await make_mqtt(mac=MAC2, client_id=CLIENT_ID2)
+    tasks = [asyncio.create_task(device.stay_online(reconnect_interval=0.05)) for device in (kitchen, desk)]
+    try:
+        await wait_for(hub.devices[MAC2], lambda d: d.connection is not None)
+        assert await hass.config_entries.async_reload(hub.entry.entry_id)
+        await hass.async_block_till_done()
+        new_hub: XiaozhiHub = hub.entry.runtime_data
+        assert new_hub is not hub
+        for mac in (MAC, MAC2):
+            await wait_for(new_hub.devices[mac], lambda d: d.connection is not None, timeout=10)
+            await wait_settled(new_hub.devices[mac])
+        assert {link.device.mac for link in new_hub.connections} == {MAC, MAC2}
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_blocked_udp_raises_a_repair(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+) -> None:
+    """The device talks but no datagram arrives (a firewall): a repair names the port; audio clears it."""
+    from datetime import timedelta
+
+    from homeassistant.util import dt as dt_util
+    from pytest_homeassistant_custom_component.common import async_fire_time_changed
+
+    from custom_components.xiaozhi_local.mqtt import UDP_DEADLINE
+
+    device = await make_mqtt()
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    await device.connect()
+    await device.send_json({"session_id": device.session_id, "type": "listen", "state": "start", "mode": "manual"})
+    await asyncio.sleep(0.1)  # (its datagrams are lost on the way)
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=UDP_DEADLINE + 1))
+    await hass.async_block_till_done()
+    issue = ir.async_get(hass).async_get_issue(DOMAIN, "udp_blocked")
+    assert issue is not None
+    assert issue.translation_placeholders == {"device": "Kitchen", "port": str(hub.mqtt.udp_port)}  # type: ignore[union-attr]
+    from xiaozhi_sim.voice import MicEncoder
+
+    device.send_datagram(next(iter(MicEncoder(60).packets(speech_pcm()[:8000]))))
+    await wait_for(xdev, lambda d: d.connection is not None and d.connection.audio_open)
+    assert ir.async_get(hass).async_get_issue(DOMAIN, "udp_blocked") is None
+
+
+async def test_announce_while_idle_on_firmware_25_is_spoken(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+) -> None:
+    """2.5 plays ``notify``: it fetches the announcement (Ogg Opus) from a one-time URL; the action waits."""
+    device = await make_mqtt(firmware_version="2.5.0")
+    await wait_settled(hub.devices[MAC])
+    assert hub.devices[MAC].plays_notify
+    await hass.services.async_call(
+        "assist_satellite",
+        "announce",
+        {"entity_id": "assist_satellite.kitchen", "message": "The laundry is done", "preannounce": False},
+        blocking=True,
+    )
+    notify = next(m for m in device.log if m["type"] == "notify")
+    assert notify["subtitles"] == [{"start_ms": 0, "text": "The laundry is done"}]
+    assert notify["audio_url"].startswith("http://127.0.0.1:")
+    await asyncio.gather(*device.notify_tasks)
+    assert device.notify_status == [200]
+    played = len(device.notify_pcm) / 2 / 24000
+    expected = speech_seconds("The laundry is done")
+    assert expected - 0.1 <= played <= expected + 0.2
+    assert loud_seconds(bytes(device.notify_pcm), 24000) > expected * 0.8
+    assert not any(m["type"] == "alert" for m in device.log)
+    assert not device.audio_channel_open  # no conversation was opened for it
+    # The URL served once: a second fetch (a replay by anyone who saw it) finds nothing.
+    from aiohttp import ClientSession
+
+    async with ClientSession() as session, session.get(notify["audio_url"]) as response:
+        assert response.status == 404
+
+
+async def test_notify_not_fetched_falls_back_to_an_alert(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 2.5 device that is busy ignores ``notify``: after a while the text is shown instead."""
+    from custom_components.xiaozhi_local import assist_satellite
+
+    monkeypatch.setattr(assist_satellite, "NOTIFY_FETCH_TIMEOUT", 0.2)
+    device = await make_mqtt(firmware_version="2.5.0")
+    await wait_settled(hub.devices[MAC])
+    device.device_state = "listening"  # (busy: the firmware ignores notify)
+    await hass.services.async_call(
+        "assist_satellite",
+        "announce",
+        {"entity_id": "assist_satellite.kitchen", "message": "Back in five", "preannounce": False},
+        blocking=True,
+    )
+    alert = await device.wait_message(lambda m: m.get("type") == "alert")
+    assert alert["message"] == "Back in five"
+    assert device.notify_status == []

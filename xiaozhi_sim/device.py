@@ -30,7 +30,7 @@ import av.error
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from .mcp_server import McpServer
+from .mcp_server import McpServer, is_v25
 from .ota import OtaClient, OtaError, OtaTiming
 from .tools import (
     DeviceState,
@@ -45,7 +45,7 @@ from .tools import (
     rename_for_sdk,
     system_info,
 )
-from .voice import UPLINK_RATE, MicEncoder, SpeakerDecoder, frame, unframe
+from .voice import UPLINK_RATE, MicEncoder, SpeakerDecoder, decode_ogg_opus, frame, unframe
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -134,6 +134,9 @@ class SimulatedDevice:
         self.listening_mode = "auto"
         self.relisten = True  # auto mode: listen start again once playback has drained
         self.mcp_requests: list[Any] = []  # every MCP payload received, for tests
+        self.notify_tasks: list[asyncio.Task[None]] = []
+        self.notify_status: list[int] = []  # HTTP status of each notify fetch
+        self.notify_pcm = bytearray()  # what notify played (24 kHz)
         self.closed = asyncio.Event()
         self.rebooted = False
         self._ws: ClientConnection | None = None
@@ -351,6 +354,8 @@ class SimulatedDevice:
         else:
             if msg["type"] == "system" and msg.get("command") == "reboot":
                 self._schedule_reboot()
+            if msg["type"] == "notify":
+                self._on_notify(msg)
             if msg["type"] == "tts":
                 await self._on_tts(msg)
             self.log.append(msg)
@@ -385,6 +390,27 @@ class SimulatedDevice:
                     await self.send_json(
                         {"session_id": self.session_id, "type": "listen", "state": "start", "mode": "auto"}
                     )
+
+    def _on_notify(self, msg: dict[str, Any]) -> None:
+        """Firmware 2.5: while idle, fetch ``audio_url`` (mono Ogg Opus, no redirects) and play it."""
+        url = msg.get("audio_url")
+        if not is_v25(self.options.firmware_version) or self.device_state != "idle" or not isinstance(url, str):
+            return  # older firmware: "Unknown message type"; busy: ignored
+        self.notify_tasks.append(asyncio.create_task(self._play_notify(url)))
+
+    async def _play_notify(self, url: str) -> None:
+        self.device_state = "notifying"
+        try:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(url, allow_redirects=False) as response,
+            ):
+                self.notify_status.append(response.status)
+                if response.status == 200:
+                    self.notify_pcm += decode_ogg_opus(await response.read())
+        finally:
+            if self.device_state == "notifying":
+                self.device_state = "idle"
 
     async def wait_message(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0) -> dict[str, Any]:
         """The first logged server message (from the start of the log) matching ``predicate``."""

@@ -29,7 +29,7 @@ class ToolError(Exception):
         self.code = code
 
 
-def _is_v25(version: str) -> bool:
+def is_v25(version: str) -> bool:
     """Firmware 2.5 or newer (``2.5.0``, ``2.10.1``)."""
     try:
         major, minor = (int(part) for part in version.split(".")[:2])
@@ -138,7 +138,7 @@ class McpServer:
             reply = {"jsonrpc": "2.0", "id": rid, "result": await self._dispatch(method, params or {})}
         except ToolError as err:
             error: dict[str, Any] = {"message": str(err)}
-            if _is_v25(self.firmware_version):  # 2.5 answers with JSON-RPC codes
+            if is_v25(self.firmware_version):  # 2.5 answers with JSON-RPC codes
                 error = {"code": err.code, "message": str(err)}
             reply = {"jsonrpc": "2.0", "id": rid, "error": error}
         self.replies.append(reply)
@@ -221,11 +221,11 @@ class McpServer:
                 prop.type == "string" and isinstance(value, str)
             ):
                 args[prop.name] = value
-            elif value is not None and _is_v25(self.firmware_version):  # 2.5: a wrong type is an error
+            elif value is not None and is_v25(self.firmware_version):  # 2.5: a wrong type is an error
                 raise ToolError(f"Invalid type for argument: {prop.name}", -32602)
             elif prop.default is not None:  # 2.4.2: a value of the wrong type counts as missing
                 args[prop.name] = prop.default
-            elif _is_v25(self.firmware_version):
+            elif is_v25(self.firmware_version):
                 raise ToolError(f"Missing required argument: {prop.name}", -32602)
             else:
                 raise ToolError(f"Missing valid argument: {prop.name}")

@@ -4,6 +4,7 @@ Its own small PyAV codec, not the integration's: the simulator is the other end 
 """
 
 from fractions import Fraction
+import io
 import struct
 
 import av
@@ -80,3 +81,15 @@ class SpeakerDecoder:
             for decoded in self._codec.decode(av.Packet(packet))
             for out in self._resampler.resample(decoded)
         )
+
+
+def decode_ogg_opus(data: bytes, rate: int = 24000) -> bytes:
+    """A whole Ogg Opus stream (a ``notify`` URL's body) → s16 mono PCM at ``rate``."""
+    container = av.open(io.BytesIO(data), mode="r")
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
+    out = bytearray()
+    for decoded in container.decode(audio=0):
+        for frame_ in resampler.resample(decoded):
+            out += bytes(frame_.planes[0])[: frame_.samples * 2]
+    container.close()
+    return bytes(out)

@@ -11,6 +11,7 @@ from .const import DOMAIN
 from .http import XiaozhiWebSocketView, register_open_view
 from .hub import XiaozhiConfigEntry, XiaozhiHub
 from .llm import API_NAME, XiaozhiDevicesAPI
+from .notify import XiaozhiNotifyView
 from .ota import XiaozhiActivateView, XiaozhiOtaView
 from .repairs import async_check_ffmpeg, async_check_url
 from .services import async_setup_services
@@ -33,6 +34,7 @@ PLATFORMS = [
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     """Register the device endpoint and the actions, once (routes cannot be removed)."""
     hass.http.register_view(XiaozhiWebSocketView())
+    hass.http.register_view(XiaozhiNotifyView())
     for view in (XiaozhiOtaView(), XiaozhiActivateView(), XiaozhiVisionView()):
         register_open_view(hass, view)  # browser test pages make these requests too (CORS)
     llm_helper.async_register_api(hass, XiaozhiDevicesAPI(hass=hass, id=DOMAIN, name=API_NAME))

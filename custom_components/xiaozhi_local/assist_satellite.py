@@ -13,7 +13,7 @@ its timers) can reach another connection.
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 import logging
 from typing import Any, Final
@@ -55,6 +55,7 @@ from .entity import XiaozhiEntity, async_setup_device_entities
 from .hub import XiaozhiConfigEntry
 from .link import DeviceLink
 from .media import ffmpeg_pcm, full_url, tts_pcm
+from .notify import PcmSource
 from .protocol import voice
 from .protocol.audio import AudioError, OpusDecoder, OpusEncoder, Pacer, split_sentences
 from .protocol.messages import DOWNLINK_SAMPLE_RATE, ControlMessage
@@ -63,6 +64,8 @@ from .repairs import async_pipeline_incomplete, async_pipeline_served
 
 _LOGGER = logging.getLogger(__name__)
 
+NOTIFY_FETCH_TIMEOUT: Final = 10.0
+"""Seconds a 2.5 device has to fetch a ``notify`` announcement before it is shown as an alert."""
 EARLY_AUDIO_PACKETS: Final = 16
 EARLY_AUDIO_WINDOW: Final = 1.0
 """Audio over UDP that arrived up to this many seconds before its ``listen start`` (sent over
@@ -719,26 +722,17 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
     async def async_announce(self, announcement: AssistSatelliteAnnouncement) -> None:
         """Speak it now, blocking until it has been played. The device must be connected.
 
-        A device online without a conversation channel (idle over MQTT: only its own hello
-        opens one) shows the text with the firmware's alert sound instead.
+        A device online without a conversation channel (idle over MQTT: only its own hello opens
+        one) fetches it from a short-lived URL if its firmware plays ``notify`` (2.5), and shows
+        the text with the firmware's alert sound otherwise.
         """
         connection = self._connection_or_raise()
+        sources = self._announcement_sources(announcement)
         if not connection.audio_open:
-            message = announcement.message or announcement.original_media_id or ""
-            await connection.async_send_json(voice.alert(message, status="Announcement", emotion="neutral"))
+            await self._async_announce_idle(connection, announcement, sources)
             return
         run = _Run(connection)
         self._begin(run)
-        sources: list[Callable[[], AsyncIterator[bytes]]] = []
-        if announcement.preannounce_media_id:
-            url = full_url(self.hass, announcement.preannounce_media_id)
-            sources.append(lambda: ffmpeg_pcm(self.hass, url))
-        if announcement.media_id_source == "tts" and announcement.tts_token:
-            token = announcement.tts_token
-            sources.append(lambda: tts_pcm(self.hass, token))
-        else:
-            url = full_url(self.hass, announcement.media_id)
-            sources.append(lambda: ffmpeg_pcm(self.hass, url))
         run.tts_text = announcement.message or None
         self._send_ai(run, "chunk", announcement.message)
         self._send_ai(run, "final", announcement.message)
@@ -760,6 +754,42 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             raise
         finally:
             self._finished(run)
+
+    def _announcement_sources(self, announcement: AssistSatelliteAnnouncement) -> list[PcmSource]:
+        """The chime (if any), then the message: each a PCM stream made when it is played."""
+        sources: list[PcmSource] = []
+        if announcement.preannounce_media_id:
+            chime = full_url(self.hass, announcement.preannounce_media_id)
+            sources.append(lambda: ffmpeg_pcm(self.hass, chime))
+        if announcement.media_id_source == "tts" and announcement.tts_token:
+            token = announcement.tts_token
+            sources.append(lambda: tts_pcm(self.hass, token))
+        else:
+            url = full_url(self.hass, announcement.media_id)
+            sources.append(lambda: ffmpeg_pcm(self.hass, url))
+        return sources
+
+    async def _async_announce_idle(
+        self, connection: DeviceLink, announcement: AssistSatelliteAnnouncement, sources: list[PcmSource]
+    ) -> None:
+        """``notify`` (2.5: fetched and played, we wait for the end), else an ``alert`` with the text."""
+        text = announcement.message or ""
+        if self.device.plays_notify:
+            hub = self._config_entry().runtime_data
+            token, waiting = hub.announcements.add(sources)
+            subtitles = [{"start_ms": 0, "text": text}] if text else []
+            if await connection.async_send_json(voice.notify(hub.notify_url(token), subtitles)):
+                try:
+                    async with asyncio.timeout(NOTIFY_FETCH_TIMEOUT):
+                        await waiting.fetched.wait()
+                except TimeoutError:  # busy (it ignores notify then), or it cannot reach the URL
+                    _LOGGER.debug("Device %s did not fetch its announcement; showing it", self.device.mac)
+                else:
+                    await waiting.played.wait()
+                    return
+        await connection.async_send_json(
+            voice.alert(text or announcement.original_media_id, status="Announcement", emotion=voice.EMOTION_ANSWER)
+        )
 
     async def async_start_conversation(self, start_announcement: AssistSatelliteAnnouncement) -> None:
         """Speak, then the device listens: in auto mode ``tts stop`` makes it open its microphone."""

@@ -8,6 +8,7 @@ DOMAIN: Final = "xiaozhi_local"
 WS_PATH: Final = "/api/xiaozhi_local/v1/"
 OTA_PATH: Final = "/api/xiaozhi_local/ota/"
 VISION_PATH: Final = "/api/xiaozhi_local/vision"
+NOTIFY_PATH: Final = "/api/xiaozhi_local/notify"
 
 CONF_ACCEPT_WITHOUT_CODE: Final = "accept_without_code"
 CONF_WEBSOCKET_URL: Final = "websocket_url"

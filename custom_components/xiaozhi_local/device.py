@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Callable
 from datetime import datetime
 import hmac
+import itertools
 import logging
 import secrets
 from typing import TYPE_CHECKING, Any, Protocol
@@ -38,6 +39,7 @@ from .const import (
 )
 from .pairing import Identity
 from .protocol.mcp import (
+    McpBusyError,
     McpConnectionError,
     McpError,
     McpRemoteError,
@@ -100,6 +102,21 @@ class DeviceOfflineError(McpConnectionError):
 def translated_error(key: str, **placeholders: str) -> HomeAssistantError:
     """A HomeAssistantError with a translated message (``exceptions.<key>`` in strings.json)."""
     return HomeAssistantError(translation_domain=DOMAIN, translation_key=key, translation_placeholders=placeholders)
+
+
+def tool_error(err: McpError, device: str, tool: str) -> HomeAssistantError:
+    """Any failure of a tool call as the user reads it: the one mapping for entities, actions and agents."""
+    if isinstance(err, DeviceOfflineError):
+        return translated_error("device_offline", device=device)
+    if isinstance(err, McpRemoteError):
+        return remote_error(err, device, tool)
+    if isinstance(err, McpTimeoutError):
+        return translated_error("timeout", device=device, tool=tool)
+    if isinstance(err, McpBusyError):
+        return translated_error("busy", device=device)
+    if isinstance(err, McpConnectionError):  # it went away during the call
+        return translated_error("connection_lost", device=device, tool=tool)
+    return translated_error("device_error", device=device, tool=tool, message=str(err))
 
 
 def remote_error(err: McpRemoteError, device: str, tool: str) -> HomeAssistantError:
@@ -202,6 +219,24 @@ class XiaozhiDevice:
             "queries": self.queries,
             "pending": self.pending,
         }
+
+    @property
+    def firmware(self) -> tuple[int, ...]:
+        """The firmware version it reported (OTA check, else ``initialize``), as numbers; () if unknown."""
+        entry = dr.async_get(self.hass).async_get(self.device_id)
+        text = getattr(entry, "sw_version", None) or self.server_info.version or ""
+        numbers: list[int] = []
+        for part in text.split("."):
+            digits = "".join(itertools.takewhile(str.isdigit, part))
+            if not digits:
+                break
+            numbers.append(int(digits))
+        return tuple(numbers)
+
+    @property
+    def plays_notify(self) -> bool:
+        """Firmware 2.5 plays ``notify`` (an Ogg Opus URL) while idle; older firmware does not."""
+        return self.firmware >= (2, 5)
 
     @property
     def connected(self) -> bool:
@@ -404,12 +439,8 @@ class XiaozhiDevice:
     async def _async_run_setter(self, tool: str, arguments: dict[str, Any]) -> None:
         try:
             result = await self.async_call_tool(tool, arguments, DEFAULT_CALL_TIMEOUT)
-        except DeviceOfflineError:
-            raise translated_error("device_offline", device=self.name) from None
-        except McpRemoteError as err:
-            raise remote_error(err, self.name, tool) from None
         except McpError as err:
-            raise translated_error("device_error", device=self.name, tool=tool, message=str(err)) from None
+            raise tool_error(err, self.name, tool) from None
         if result.text.strip() == "false":
             raise translated_error("setting_refused", device=self.name, tool=tool)
 
@@ -425,7 +456,5 @@ class XiaozhiDevice:
             raise translated_error("device_offline", device=self.name)
         try:
             return await self.async_call_tool(tool, arguments or {}, DEFAULT_CALL_TIMEOUT)
-        except McpRemoteError as err:
-            raise remote_error(err, self.name, tool) from None
         except McpError as err:
-            raise translated_error("device_error", device=self.name, tool=tool, message=str(err)) from None
+            raise tool_error(err, self.name, tool) from None

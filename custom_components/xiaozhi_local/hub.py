@@ -42,10 +42,11 @@ from .const import (
 from .device import REPORT_SAVE_DELAY, XiaozhiDevice
 from .identities import IdentityJournal, token_hash
 from .link import DeviceLink
+from .notify import AnnouncementStore
 from .pairing import AUTO_PAIR_PER_HOUR, DeviceReport, Identity, PairingManager, PendingDevice, RateLimit, new_token
 from .protocol.messages import normalize_mac
 from .repairs import async_mqtt_port, async_token_accepted, async_wrong_token
-from .urls import vision_url, websocket_url
+from .urls import notify_url, vision_url, websocket_url
 
 if TYPE_CHECKING:
     from .mqtt import MqttEndpoint
@@ -80,6 +81,7 @@ class XiaozhiHub:
         self._by_device_id: dict[str, XiaozhiDevice] = {}
         self.connections: set[DeviceLink] = set()  # every open link (sockets before their hello too)
         self.mqtt: MqttEndpoint | None = None  # the always-connected transport, while it listens
+        self.announcements = AnnouncementStore(hass)  # for idle devices that play them (firmware 2.5)
         self.stopping = False  # unloading, or Home Assistant stopping: no new connections
         self.pairing = PairingManager(on_drop=self._async_schedule_abort)
         self._no_connections = asyncio.Event()
@@ -223,6 +225,11 @@ class XiaozhiHub:
     def vision_url(self) -> str:
         """Where camera boards upload photos."""
         return vision_url(self.websocket_url())
+
+    @callback
+    def notify_url(self, token: str) -> str:
+        """Where a device fetches an announcement."""
+        return notify_url(self.websocket_url(), token)
 
     @callback
     def mqtt_for(self, device: XiaozhiDevice) -> dict[str, Any] | None:

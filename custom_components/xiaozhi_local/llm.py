@@ -19,7 +19,7 @@ from homeassistant.util.json import JsonObjectType, JsonValueType
 import probatio as vol
 
 from .const import DEFAULT_CALL_TIMEOUT, DOMAIN
-from .device import XiaozhiDevice
+from .device import XiaozhiDevice, tool_error
 from .hub import async_get_hub
 from .protocol.mcp import McpError, McpRemoteError, McpTool
 from .protocol.schema import validate
@@ -102,17 +102,12 @@ class XiaozhiTool(llm.Tool):
         if problems := validate(self.tool.input_schema, arguments):
             details: list[JsonValueType] = list(problems)
             return llm.ToolResult(data={"error": "invalid arguments", "details": details}, error=True)
-        if not self.device.connected:
-            return llm.ToolResult(
-                data={"error": f"{self.device.name} is not connected; it connects only during a conversation"},
-                error=True,
-            )
         try:
             result = await self.device.async_call_tool(self.tool.name, arguments, DEFAULT_CALL_TIMEOUT)
-        except McpRemoteError as err:
+        except McpRemoteError as err:  # the device's own words, for the agent to read
             return llm.ToolResult(data={"error": err.message, "kind": err.kind}, error=True)
-        except McpError as err:
-            return llm.ToolResult(data={"error": str(err)}, error=True)
+        except McpError as err:  # offline, timeout, busy, gone: the message users read everywhere
+            return llm.ToolResult(data={"error": str(tool_error(err, self.device.name, self.tool.name))}, error=True)
         parsed = result.json
         data: JsonObjectType = (
             parsed if isinstance(parsed, dict) else {"result": parsed if parsed is not None else result.text}

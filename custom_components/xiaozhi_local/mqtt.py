@@ -20,7 +20,8 @@ import logging
 import secrets
 from typing import Any, Final
 
-from homeassistant.core import HomeAssistant, callback
+from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
+from homeassistant.helpers.event import async_call_later
 
 from .const import MQTT_PUBLISH_TOPIC, mqtt_topic
 from .device import XiaozhiDevice
@@ -30,6 +31,7 @@ from .protocol import mqtt as codec
 from .protocol.messages import ClientHello, ControlMessage, normalize_mac, server_hello
 from .protocol.session import OnceLogger
 from .protocol.udp import AudioChannel, UdpError, ssrc_of
+from .repairs import async_udp_arrived, async_udp_blocked
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -47,6 +49,8 @@ LOCKOUT: Final = 600.0
 DEFAULT_KEEPALIVE: Final = 240
 """The firmware's keepalive (NVS ``mqtt/keepalive``); we hand it out explicitly."""
 READ_SIZE: Final = 16384
+UDP_DEADLINE: Final = 10.0
+"""Seconds after ``listen start`` within which a device's first audio datagram must arrive."""
 
 
 @dataclass
@@ -82,6 +86,7 @@ class MqttLink(DeviceLink):
         self.channel: AudioChannel | None = None
         self.peer: tuple[str, int] | None = None  # where the channel's audio goes: proved by a datagram
         self.closing = False
+        self._cancel_udp_check: CALLBACK_TYPE | None = None
         super().__init__(hass, device, client, vision_url)
         self.session.hello_reply = self._hello_reply
 
@@ -204,6 +209,9 @@ class MqttLink(DeviceLink):
         return reply
 
     def _close_channel(self) -> None:
+        if self._cancel_udp_check is not None:
+            self._cancel_udp_check()
+            self._cancel_udp_check = None
         if self.channel is None:
             return
         if self.endpoint.channels.get(self.channel.ssrc) is self:
@@ -223,7 +231,11 @@ class MqttLink(DeviceLink):
             self.log.report(f"udp_{err.kind}", f"dropped a datagram from {addr[0]}: {err.detail}")
             return
         if self.peer != addr:
-            if self.peer is not None:
+            if self.peer is None:
+                if self.endpoint.udp_blocked:
+                    self.endpoint.udp_blocked = False
+                    async_udp_arrived(self.hass)
+            else:
                 _LOGGER.debug("Device %s now sends audio from %s", self.device.mac, addr)
             self.peer = addr
             self.device.async_link_changed()
@@ -244,12 +256,35 @@ class MqttLink(DeviceLink):
 
     def on_control(self, message: ControlMessage) -> None:
         """``goodbye`` ends the conversation (the link stays); the rest goes to the satellite."""
+        if message.type == "listen" and message.data.get("state") == "start":
+            self._expect_audio()
         if message.type == "goodbye":
             self._close_channel()
             if (voice := self.device.voice) is not None:
                 voice.on_disconnect(self)
             return
         super().on_control(message)
+
+    @callback
+    def _expect_audio(self) -> None:
+        """The device streams its microphone now: its first datagram should arrive soon."""
+        if self.peer is not None or self._cancel_udp_check is not None or self.channel is None:
+            return
+
+        @callback
+        def check(_now: Any) -> None:
+            self._cancel_udp_check = None
+            if self.channel is not None and self.peer is None and not self.closing:
+                _LOGGER.warning(
+                    "Device %s talks, but none of its audio reached UDP port %s: a firewall, or Docker "
+                    "without host networking, blocks it",
+                    self.device.mac,
+                    self.endpoint.udp_port,
+                )
+                self.endpoint.udp_blocked = True
+                async_udp_blocked(self.hass, self.device.name, self.endpoint.udp_port)
+
+        self._cancel_udp_check = async_call_later(self.hass, UDP_DEADLINE, check)
 
     async def async_end_conversation(self, reason: str) -> None:
         """``goodbye``: the device closes its audio channel and goes idle; the link stays."""
@@ -290,6 +325,7 @@ class MqttEndpoint:
         self._failures: dict[str, _Failures] = {}
         self.log = OnceLogger("mqtt", _LOGGER)
         self.refused = 0
+        self.udp_blocked = False  # the repair is up
 
     @property
     def listening(self) -> bool:

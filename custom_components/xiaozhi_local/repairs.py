@@ -7,6 +7,8 @@
   was regenerated without it rebooting; or someone is guessing).
 - ``mqtt_port_unavailable``: the MQTT or UDP port of the always-connected transport cannot be
   bound (another program has it). Devices keep the WebSocket; OTA hands out no ``mqtt``.
+- ``udp_blocked``: a device on MQTT talks (``listen start``) but none of its audio datagrams
+  reaches Home Assistant: a firewall, or Docker without host networking, blocks the UDP port.
 - ``pipeline_incomplete``: a device's assistant has no speech-to-text or text-to-speech, so it
   cannot answer the device (a fresh Home Assistant's default assistant has neither).
 """
@@ -31,6 +33,7 @@ WRONG_TOKEN_LIMIT = 5
 
 ISSUE_PIPELINE_INCOMPLETE = "pipeline_incomplete"
 ISSUE_MQTT_PORT = "mqtt_port_unavailable"
+ISSUE_UDP_BLOCKED = "udp_blocked"
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 _LOGGER = logging.getLogger(__name__)
 _WARNED: HassKey[set[tuple[str, str]]] = HassKey(f"{DOMAIN}_pipeline_warned")
@@ -149,3 +152,23 @@ def async_mqtt_port(hass: HomeAssistant, error: OSError | None, tcp: int, udp: i
         translation_key=ISSUE_MQTT_PORT,
         translation_placeholders={"tcp": str(tcp), "udp": str(udp), "error": str(error.strerror or error)},
     )
+
+
+@callback
+def async_udp_blocked(hass: HomeAssistant, device: str, port: int) -> None:
+    """Raise ``udp_blocked``: the device's audio datagrams never arrive."""
+    ir.async_create_issue(
+        hass,
+        DOMAIN,
+        ISSUE_UDP_BLOCKED,
+        is_fixable=False,
+        severity=ir.IssueSeverity.WARNING,
+        translation_key=ISSUE_UDP_BLOCKED,
+        translation_placeholders={"device": device, "port": str(port)},
+    )
+
+
+@callback
+def async_udp_arrived(hass: HomeAssistant) -> None:
+    """Audio came through over UDP: the port is open."""
+    ir.async_delete_issue(hass, DOMAIN, ISSUE_UDP_BLOCKED)

@@ -17,9 +17,9 @@ from .const import (
     DOMAIN,
     SERVICE_CALL_TOOL,
 )
-from .device import DeviceOfflineError, XiaozhiDevice, remote_error, translated_error
+from .device import DeviceOfflineError, XiaozhiDevice, tool_error, translated_error
 from .hub import async_get_hub
-from .protocol.mcp import McpBusyError, McpConnectionError, McpRemoteError, McpTimeoutError, ToolResult
+from .protocol.mcp import McpError, McpRemoteError, ToolResult
 from .protocol.schema import validate
 
 CALL_TOOL_SCHEMA = vol.Schema(
@@ -59,10 +59,8 @@ async def _async_call_tool(call: ServiceCall) -> ServiceResponse:
     placeholders = {"device": device.name, "tool": name}
     try:
         await device.async_wait_ready(timeout)
-    except DeviceOfflineError:
-        raise translated_error("device_offline", device=device.name) from None
-    except McpTimeoutError:
-        raise translated_error("timeout", **placeholders) from None
+    except McpError as err:
+        raise tool_error(err, device.name, name) from None
     if (tool := device.find_tool(name)) is None:
         raise ServiceValidationError(
             translation_domain=DOMAIN, translation_key="unknown_tool", translation_placeholders=placeholders
@@ -78,13 +76,11 @@ async def _async_call_tool(call: ServiceCall) -> ServiceResponse:
     except McpRemoteError as err:
         if call.data[ATTR_RETURN_ERRORS]:
             return _response(err.result or ToolResult([{"type": "text", "text": err.message}]), is_error=True)
-        raise remote_error(err, device.name, name) from None
-    except McpTimeoutError:
-        raise translated_error("timeout", **placeholders) from None
-    except McpBusyError:
-        raise translated_error("busy", device=device.name) from None
-    except McpConnectionError:  # includes DeviceOfflineError: it went away just now
+        raise tool_error(err, device.name, name) from None
+    except DeviceOfflineError:  # it went away between the check and the call
         raise translated_error("connection_lost", **placeholders) from None
+    except McpError as err:
+        raise tool_error(err, device.name, name) from None
     return _response(result)
 
 

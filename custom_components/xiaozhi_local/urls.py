@@ -3,7 +3,7 @@
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.network import NoURLAvailableError, get_url
 
-from .const import OTA_PATH, VISION_PATH, WS_PATH
+from .const import NOTIFY_PATH, OTA_PATH, VISION_PATH, WS_PATH
 
 FALLBACK_BASE = "http://homeassistant.local:8123"
 
@@ -34,3 +34,9 @@ def vision_url(websocket: str) -> str:
     """The camera upload URL on the same host and port as the WebSocket URL devices reach."""
     base = websocket.split("/api/", 1)[0]
     return "http" + base.removeprefix("ws") + VISION_PATH
+
+
+def notify_url(websocket: str, token: str) -> str:
+    """Where a device fetches one announcement (same host and port as the WebSocket URL)."""
+    base = websocket.split("/api/", 1)[0]
+    return "http" + base.removeprefix("ws") + f"{NOTIFY_PATH}/{token}.ogg"

@@ -141,6 +141,11 @@ def tts_stop() -> dict[str, Any]:
     return {"type": "tts", "state": "stop"}
 
 
+def notify(audio_url: str, subtitles: list[dict[str, Any]]) -> dict[str, Any]:
+    """Firmware 2.5: play this Ogg Opus URL now, if idle (``subtitles``: ``start_ms`` and ``text``)."""
+    return {"type": "notify", "audio_url": audio_url, "subtitles": subtitles}
+
+
 def alert(message: str, *, status: str = "Error", emotion: str = EMOTION_ERROR) -> dict[str, Any]:
     """A message the device shows (and sounds) at once."""
     return {"type": "alert", "status": status, "message": message, "emotion": emotion}

@@ -1,0 +1,104 @@
+"""Spoken announcements for idle devices (firmware 2.5 ``notify``), served at short-lived URLs.
+
+A device online over MQTT but in no conversation has no audio channel: only its own hello opens
+one. Firmware 2.5 plays ``{"type":"notify","audio_url":…}`` while idle instead, fetching mono Ogg
+Opus over HTTP GET (it follows no redirects). Each announcement gets its own unguessable URL,
+valid for ``NOTIFY_TTL`` seconds and for one fetch, and its audio is encoded as it is fetched.
+See docs/protocol.md §3.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+import logging
+import secrets
+from typing import Final
+
+from aiohttp import web
+from homeassistant.core import HomeAssistant, callback
+from homeassistant.exceptions import HomeAssistantError
+from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
+
+from .const import NOTIFY_PATH
+from .protocol.audio import AudioError, OggOpusWriter
+from .protocol.messages import DOWNLINK_SAMPLE_RATE
+
+_LOGGER = logging.getLogger(__name__)
+
+NOTIFY_TTL: Final = 120.0
+"""Seconds an announcement URL stays valid (the device fetches it at once)."""
+MAX_WAITING: Final = 32
+"""Announcements waiting for their fetch at once; the oldest gives way."""
+
+type PcmSource = Callable[[], AsyncIterator[bytes]]
+
+
+@dataclass
+class Announcement:
+    """One announcement waiting to be fetched, then being played."""
+
+    sources: list[PcmSource]
+    expires: float
+    fetched: asyncio.Event = field(default_factory=asyncio.Event)
+    played: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class AnnouncementStore:
+    """Announcements by token, bounded in number and time."""
+
+    def __init__(self, hass: HomeAssistant) -> None:
+        self.hass = hass
+        self._waiting: dict[str, Announcement] = {}
+
+    @callback
+    def add(self, sources: list[PcmSource]) -> tuple[str, Announcement]:
+        """A new announcement; returns its token (the last part of its URL)."""
+        now = self.hass.loop.time()
+        for token in [t for t, a in self._waiting.items() if a.expires <= now]:
+            self._waiting.pop(token).played.set()
+        while len(self._waiting) >= MAX_WAITING:
+            self._waiting.pop(next(iter(self._waiting))).played.set()
+        token = secrets.token_urlsafe(24)
+        announcement = self._waiting[token] = Announcement(sources, now + NOTIFY_TTL)
+        return token, announcement
+
+    @callback
+    def take(self, token: str) -> Announcement | None:
+        """The announcement for one fetch (a second fetch, or a late one, finds nothing)."""
+        announcement = self._waiting.pop(token, None)
+        if announcement is None or announcement.expires <= self.hass.loop.time():
+            return None
+        return announcement
+
+
+class XiaozhiNotifyView(HomeAssistantView):
+    """``GET /api/xiaozhi_local/notify/{token}.ogg``: the announcement as mono Ogg Opus."""
+
+    url = NOTIFY_PATH + "/{token}.ogg"
+    name = "api:xiaozhi_local:notify"
+    requires_auth = False  # the device has no HA credentials; the token is the secret
+
+    async def get(self, request: web.Request, token: str) -> web.StreamResponse:
+        """Stream it as it is made (the device starts playing after the first page)."""
+        from .hub import async_get_hub  # noqa: PLC0415 - hub imports this module
+
+        hub = async_get_hub(request.app[KEY_HASS])
+        announcement = hub.announcements.take(token) if hub is not None else None
+        if announcement is None:
+            raise web.HTTPNotFound
+        announcement.fetched.set()
+        response = web.StreamResponse(headers={"Content-Type": "audio/ogg"})
+        await response.prepare(request)
+        writer = OggOpusWriter(DOWNLINK_SAMPLE_RATE)
+        try:
+            for make in announcement.sources:
+                async for pcm in make():
+                    if data := writer.feed(pcm):
+                        await response.write(data)
+            await response.write(writer.finish())
+            await response.write_eof()
+        except (ConnectionError, AudioError, HomeAssistantError) as err:
+            _LOGGER.debug("Announcement stream ended early: %s", err)
+        finally:
+            announcement.played.set()
+        return response
