@@ -16,7 +16,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import DOMAIN
 from custom_components.xiaozhi_local.hub import XiaozhiHub
-from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, MAX_UNAUTHENTICATED, MqttLink
+from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, MAX_UNAUTHENTICATED_PER_ADDRESS, MqttLink
 from xiaozhi_sim import SimulatorOptions
 from xiaozhi_sim.mqtt import MqttDevice, MqttRefused, mqtt_connect, mqtt_publish
 from xiaozhi_sim.ota import OtaTiming
@@ -356,7 +356,7 @@ async def test_malformed_packet_after_connect_ends_only_that_link(hub: XiaozhiHu
 
 async def test_connect_flood_is_bounded(hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
     """Connections that never send CONNECT: past the limit new ones are closed; real devices still get in."""
-    held = [await _raw(hub) for _ in range(MAX_UNAUTHENTICATED)]
+    held = [await _raw(hub) for _ in range(MAX_UNAUTHENTICATED_PER_ADDRESS)]
     await asyncio.sleep(0.05)
     reader, writer = await _raw(hub)
     assert await _closed(reader) == b""
@@ -629,3 +629,55 @@ async def test_notify_not_fetched_falls_back_to_an_alert(
     alert = await device.wait_message(lambda m: m.get("type") == "alert")
     assert alert["message"] == "Back in five"
     assert device.notify_status == []
+
+
+async def test_a_device_that_stops_reading_is_dropped(hub: XiaozhiHub) -> None:
+    """Messages pile up unread: past the write bound the link is dropped, not buffered without end."""
+    import socket
+
+    assert hub.mqtt is not None
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await loop.sock_connect(sock, ("127.0.0.1", hub.mqtt.port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(mqtt_connect("c", MAC, TOKEN, 60))
+    assert await _next_answer(reader) == bytes([0x20, 2, 0, 0])
+    xdev = hub.devices[MAC]
+    await wait_for(xdev, lambda d: d.connection is not None)
+    link = xdev.connection
+    assert link is not None
+    # From now on it reads nothing.
+    sent = 0
+    async with asyncio.timeout(10):
+        while await link.async_send_json({"type": "custom", "payload": {"blob": "x" * 60_000}}):
+            sent += 1
+    assert 4 < sent < 200  # bounded: neither refused at once nor buffered without end
+    await wait_for(xdev, lambda d: d.connection is None)
+    writer.close()
+
+
+async def test_timer_is_spoken_on_firmware_25(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+) -> None:
+    from datetime import timedelta
+
+    from homeassistant.helpers import intent
+    from homeassistant.util import dt as dt_util
+    from pytest_homeassistant_custom_component.common import async_fire_time_changed
+
+    device = await make_mqtt(firmware_version="2.5.0")
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    await intent.async_handle(
+        hass, "test", intent.INTENT_START_TIMER, {"name": {"value": "pasta"}, "minutes": {"value": 2}},
+        device_id=xdev.device_id,
+    )  # fmt: skip
+    # (Within the device's keepalive: the simulated clock jumps, the device's pings do not.)
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(minutes=2, seconds=1))
+    notify = await device.wait_message(lambda m: m.get("type") == "notify")
+    assert notify["subtitles"][0]["text"] == "Timer done: pasta"
+    await asyncio.gather(*device.notify_tasks)  # started when the notify arrived
+    assert loud_seconds(bytes(device.notify_pcm), 24000) > speech_seconds("Timer done: pasta") * 0.8
+    await hass.async_block_till_done()

@@ -234,7 +234,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
 
     @callback
     def _on_timer(self, event_type: TimerEventType, timer: TimerInfo) -> None:
-        """A timer of this device rang: it shows and sounds (an ``alert``, on either transport, idle or not).
+        """A timer of this device rang: it is spoken where the device can play it, else an ``alert``.
 
         Started, changed and cancelled timers need nothing: the spoken answer said so.
         """
@@ -244,9 +244,21 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         if connection is None:
             _LOGGER.warning("Device %s is offline; its timer %s finished unheard", self.device.mac, timer.name or "")
             return
-        self.hass.async_create_task(
-            connection.async_send_json(voice.timer_finished(timer.name, timer.created_seconds, timer.language))
+        ring = voice.timer_finished(timer.name, timer.created_seconds, timer.language)
+        self._config_entry().async_create_background_task(
+            self.hass, self._async_ring(connection, ring), f"xiaozhi_local timer {self.device.mac}"
         )
+
+    async def _async_ring(self, connection: DeviceLink, ring: dict[str, Any]) -> None:
+        """Say it (in a conversation, or by ``notify`` on 2.5); the alert's sound where it cannot be said."""
+        if connection.audio_open or self.device.plays_notify:
+            try:
+                await self.async_internal_announce(message=ring["message"], preannounce=False)
+            except HomeAssistantError as err:  # no text-to-speech, say
+                _LOGGER.debug("Device %s: the timer could not be spoken (%s); showing it", self.device.mac, err)
+            else:
+                return
+        await connection.async_send_json(ring)
 
     # -- what the device sends (VoiceHandler) ---------------------------------------------------
 

@@ -386,7 +386,7 @@ class XiaozhiDevice:
         if connection is None:
             raise DeviceOfflineError(f"device {self.mac} is not connected")
         wire = tool.name if (tool := self.tools.get(name)) is not None else name
-        return await connection.session.mcp.call_tool(wire, arguments, timeout)
+        return await connection.async_call_tool(wire, arguments, timeout)
 
     # -- what entities use --------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from homeassistant.helpers.event import async_call_later
 
 from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION, EVENT_TOOL_ERROR
 from .device import XiaozhiDevice
-from .protocol.mcp import McpConnectionError, McpError, McpRemoteError
+from .protocol.mcp import McpConnectionError, McpError, McpRemoteError, ToolResult
 from .protocol.messages import ClientHello, ControlMessage
 from .protocol.register import Registration
 from .protocol.session import DeviceSession
@@ -263,6 +263,10 @@ class DeviceLink(ABC):
             _LOGGER.debug("Device %s: %s message with no satellite: %s", self.device.mac, message.type, message.data)
 
     # -- what the voice satellite sends ------------------------------------------------------
+
+    async def async_call_tool(self, name: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
+        """``tools/call`` on the device (by the name it gave the tool). Raises McpError subclasses."""
+        return await self.session.mcp.call_tool(name, arguments, timeout)
 
     async def async_send_ai_message(self, kind: str, content: str) -> None:
         """The agent's reply as ``mcp/ai/message`` (the session sends it to registerTools clients only)."""

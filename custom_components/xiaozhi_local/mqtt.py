@@ -13,6 +13,7 @@ session. Anything else is refused, counted per address, and logged once.
 """
 
 import asyncio
+from collections import Counter
 import contextlib
 from dataclasses import dataclass
 import ipaddress
@@ -37,8 +38,11 @@ _LOGGER = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT: Final = 10.0
 """Seconds a new TCP connection has to send its CONNECT."""
-MAX_UNAUTHENTICATED: Final = 64
+MAX_UNAUTHENTICATED: Final = 1024
 """Connections at once that have not yet sent a valid CONNECT; more are closed at once."""
+MAX_UNAUTHENTICATED_PER_ADDRESS: Final = 128
+"""The same from one address. Devices connect at once after a power cut (each from its own
+address); a flood from one address cannot fill the table for the others."""
 MAX_WRITE_BUFFER: Final = 256 * 1024
 """Bytes queued for a device that does not read before its link is dropped."""
 WRITE_TIMEOUT: Final = 2.0
@@ -322,6 +326,7 @@ class MqttEndpoint:
         self._server: asyncio.Server | None = None
         self._udp: asyncio.DatagramTransport | None = None
         self._pending: set[asyncio.StreamWriter] = set()  # connected, no valid CONNECT yet
+        self._pending_from: Counter[str] = Counter()
         self._failures: dict[str, _Failures] = {}
         self.log = OnceLogger("mqtt", _LOGGER)
         self.refused = 0
@@ -434,11 +439,16 @@ class MqttEndpoint:
     async def _async_accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         address = str(peer[0]) if peer else ""
-        if len(self._pending) >= MAX_UNAUTHENTICATED or self.hub.stopping:
-            self.log.report("mqtt_flood", "too many connections without a CONNECT; closing new ones")
+        if (
+            len(self._pending) >= MAX_UNAUTHENTICATED
+            or self._pending_from[address] >= MAX_UNAUTHENTICATED_PER_ADDRESS
+            or self.hub.stopping
+        ):
+            self.log.report("mqtt_flood", f"too many connections without a CONNECT (from {address}); closing new ones")
             writer.transport.abort()
             return
         self._pending.add(writer)
+        self._pending_from[address] += 1
         link: MqttLink | None = None
         try:
             link = await self._async_handshake(reader, writer, address)
@@ -447,6 +457,9 @@ class MqttEndpoint:
             self.log.report(f"mqtt_{kind}", f"closed a connection from {address} before its CONNECT: {err}")
         finally:
             self._pending.discard(writer)
+            self._pending_from[address] -= 1
+            if not self._pending_from[address]:
+                del self._pending_from[address]
         if link is None:
             writer.close()
             return
