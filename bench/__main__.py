@@ -185,8 +185,7 @@ async def audio(args: argparse.Namespace) -> str:
 HEADER = (
     "# Benchmarks\n\nFigures from one run of one command, so they can be compared next time. "
     "They are not part of the test run.\n\n"
-    "Reproduce: `script/bootstrap && .venv/bin/python -m bench all` "
-    "(or one of `audio`, `fuzz`, `load`, `mqtt`, `crash`).\n"
+    "Reproduce: `script/bench` (all of them), or `script/bench audio|fuzz|load|mqtt|crash`.\n"
 )
 
 

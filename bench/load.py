@@ -441,6 +441,9 @@ async def load(
         await asyncio.gather(*(sim.drop() for sim in sims), return_exceptions=True)
         await run.stop()
     per_device_kb = (held["rss_kb"] - idle["rss_kb"]) / devices
+    tts_source = (
+        "MP3: HA's ffmpeg" if os.environ.get("BENCH_TTS") == "mp3" else "WAV at 22.05 kHz: resampled in-process"
+    )
     before, after = leaks["before"], leaks["after"]
     p99_goal = 2 * pct(bare, 99) + 0.002
     ramp_note = f" — failures: {run.figures['ramp_failures']}" if "ramp_failures" in run.figures else ""
@@ -478,8 +481,8 @@ async def load(
         f"{ms(voice['uplink'], 50)} / {ms(voice['uplink'], 99)} ms | |",
         f"| … of which HA's pipeline (instant STT, agent and TTS): stream ended → TTS asked (p50 / p99) | "
         f"{ms(voice['pipeline'], 50)} / {ms(voice['pipeline'], 99)} ms | |",
-        f"| … of which HA's TTS conversion (ffmpeg) and ours (Opus encode, the {FIRST_FRAME_GAP * 1000:.0f} ms "
-        "first-frame gap, send): "
+        f"| … of which the TTS engine's audio to PCM ({tts_source}) and ours (Opus encode, the "
+        f"{FIRST_FRAME_GAP * 1000:.0f} ms first-frame gap, send): "
         f"TTS asked → first packet at the device (p50 / p99) | {ms(voice['downlink'], 50)} / "
         f"{ms(voice['downlink'], 99)} ms | |",
         f"| Downlink pacing at the device, {voice['packets']} packets (lateness p50 / p99 / max) | "

@@ -357,3 +357,31 @@ async def test_device_vanishes_mid_answer(hass: HomeAssistant, ready: Voice, dev
     # What was cancelled winds down (HA's TTS stops filling its cache); then nothing may be left
     # running: the test harness fails the test on any task or timer that is.
     await hass.async_block_till_done(wait_background_tasks=True)
+
+
+@pytest.mark.parametrize("mp3", [False, True])
+async def test_tts_is_converted_only_when_it_must_be(
+    hass: HomeAssistant, ready: Voice, device: SimulatedDevice, mp3: bool
+) -> None:
+    """A WAV engine (22.05 kHz, as Piper) plays with no ffmpeg process; an MP3 engine needs one."""
+    from unittest.mock import patch
+
+    from homeassistant.components import tts
+
+    ready.tts.mp3 = mp3
+    conversions: list[str] = []
+    original = tts._async_convert_audio
+
+    def counting(hass_: HomeAssistant, from_extension: str, *args: Any, **kwargs: Any) -> Any:
+        conversions.append(from_extension)
+        return original(hass_, from_extension, *args, **kwargs)
+
+    device.relisten = False
+    with patch.object(tts, "_async_convert_audio", counting):
+        await device.say(speech_pcm())
+        await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", timeout=30)
+    assert conversions == (["mp3"] if mp3 else [])
+    played = len(device.speaker_pcm) / 2 / 24000
+    expected = speech_seconds(ready.agent.reply)
+    assert expected - 0.1 <= played <= expected + 0.3  # (an MP3 encoder adds a little padding)
+    assert loud_seconds(bytes(device.speaker_pcm), 24000) > expected * 0.8

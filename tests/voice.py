@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator, AsyncIterable
 import io
 import math
 from pathlib import Path
+import subprocess
 from typing import Any, Literal
 import wave
 
@@ -110,8 +111,19 @@ class TestSTT(stt.SpeechToTextEntity):
         return stt.SpeechResult(f"heard {heard:.1f} seconds", stt.SpeechResultState.SUCCESS)
 
 
+def mp3_of(wav_bytes: bytes) -> bytes:
+    """The same audio as MP3 (ffmpeg's libmp3lame), as cloud engines return it."""
+    done = subprocess.run(
+        ["ffmpeg", "-nostdin", "-loglevel", "error", "-f", "wav", "-i", "pipe:", "-f", "mp3", "pipe:"],
+        input=wav_bytes,
+        capture_output=True,
+        check=True,
+    )
+    return done.stdout
+
+
 class TestTTS(tts.TextToSpeechEntity):
-    """Speaks a tone as long as the text needs."""
+    """Speaks a tone as long as the text needs: WAV at 22.05 kHz as Piper does, or (``mp3``) MP3."""
 
     _attr_name = "Test TTS"
     _attr_unique_id = "test_tts"
@@ -120,20 +132,25 @@ class TestTTS(tts.TextToSpeechEntity):
 
     def __init__(self) -> None:
         self.messages: list[str] = []
+        self.mp3 = False
+
+    def _audio(self, text: str) -> tuple[str, bytes]:
+        wav_bytes = tone_wav(speech_seconds(text))
+        return ("mp3", mp3_of(wav_bytes)) if self.mp3 else ("wav", wav_bytes)
 
     async def async_get_tts_audio(self, message: str, language: str, options: dict[str, Any]) -> tts.TtsAudioType:
         self.messages.append(message)
-        return "wav", tone_wav(speech_seconds(message))
+        return self._audio(message)
 
     async def async_stream_tts_audio(self, request: TTSAudioRequest) -> TTSAudioResponse:
         async def audio() -> AsyncGenerator[bytes]:
             text = "".join([chunk async for chunk in request.message_gen])
             self.messages.append(text)
-            data = tone_wav(speech_seconds(text))
+            _extension, data = self._audio(text)
             for start in range(0, len(data), 4096):  # in pieces, as a streaming engine sends
                 yield data[start : start + 4096]
 
-        return TTSAudioResponse("wav", audio())
+        return TTSAudioResponse("mp3" if self.mp3 else "wav", audio())
 
 
 class TestAgent(conversation.ConversationEntity):

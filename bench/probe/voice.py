@@ -12,7 +12,9 @@ from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 import io
 import math
+import os
 import re
+import subprocess
 import time
 from typing import Any, Literal
 import wave
@@ -97,8 +99,23 @@ class BenchSTT(stt.SpeechToTextEntity):
         return stt.SpeechResult(f"turn {len(self.log.turns) - 1}", stt.SpeechResultState.SUCCESS)
 
 
+def _mp3(wav_bytes: bytes) -> bytes:
+    """The tone as MP3, as cloud engines return speech (encoded once, at start)."""
+    done = subprocess.run(
+        ["ffmpeg", "-nostdin", "-loglevel", "error", "-f", "wav", "-i", "pipe:", "-f", "mp3", "pipe:"],
+        input=wav_bytes,
+        capture_output=True,
+        check=True,
+    )
+    return done.stdout
+
+
+TTS_FORMAT = os.environ.get("BENCH_TTS", "wav")
+"""``wav`` (22.05 kHz s16, as Piper returns) or ``mp3``: what the bench's engine returns."""
+
+
 class BenchTTS(tts.TextToSpeechEntity):
-    """The same two-second tone for every reply."""
+    """The same two-second tone for every reply: WAV at 22.05 kHz, or (``BENCH_TTS=mp3``) MP3."""
 
     _attr_name = "Bench TTS"
     _attr_unique_id = "bench_tts"
@@ -107,13 +124,14 @@ class BenchTTS(tts.TextToSpeechEntity):
 
     def __init__(self, log: VoiceLog) -> None:
         self.log = log
-        self.wav = _tone_wav(REPLY_SECONDS)
+        wav_bytes = _tone_wav(REPLY_SECONDS)
+        self.audio = (TTS_FORMAT, _mp3(wav_bytes) if TTS_FORMAT == "mp3" else wav_bytes)
 
     async def async_get_tts_audio(self, message: str, language: str, options: dict[str, Any]) -> tts.TtsAudioType:
         now = time.monotonic()
         if (found := re.search(r"turn (\d+)", message)) is not None and int(found[1]) < len(self.log.turns):
             self.log.turns[int(found[1])].tts_at = now
-        return "wav", self.wav
+        return self.audio
 
 
 class BenchAgent(conversation.ConversationEntity):

@@ -171,12 +171,9 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
     """A xiaozhi device in Assist: on-device wake word, Opus both ways."""
 
     _attr_supported_features = AssistSatelliteEntityFeature.ANNOUNCE | AssistSatelliteEntityFeature.START_CONVERSATION
-    _attr_tts_options = {  # noqa: RUF012
-        tts.ATTR_PREFERRED_FORMAT: "wav",
-        tts.ATTR_PREFERRED_SAMPLE_RATE: DOWNLINK_SAMPLE_RATE,
-        tts.ATTR_PREFERRED_SAMPLE_CHANNELS: 1,
-        tts.ATTR_PREFERRED_SAMPLE_BYTES: 2,
-    }
+    # WAV as the engine makes it: HA converts (with an ffmpeg process per reply) only engines that
+    # return another format; media.tts_pcm resamples in-process.
+    _attr_tts_options = {tts.ATTR_PREFERRED_FORMAT: "wav"}  # noqa: RUF012
 
     def __init__(self, device: XiaozhiDevice, description: EntityDescription) -> None:
         super().__init__(device, description)

@@ -19,7 +19,12 @@ from .protocol.messages import DOWNLINK_SAMPLE_RATE
 
 
 async def tts_pcm(hass: HomeAssistant, token: str) -> AsyncIterator[bytes]:
-    """The TTS stream ``token`` (WAV, as the satellite asks for it) as PCM."""
+    """The TTS stream ``token`` as PCM.
+
+    The satellite asks HA for WAV only, at whatever rate and sample format the engine makes
+    (Piper: 22.05 kHz s16): HA then passes a WAV engine's audio through untouched, and runs
+    ffmpeg only for engines that return something else (MP3). We resample in-process.
+    """
     stream = tts.async_get_stream(hass, token)
     if stream is None:
         raise HomeAssistantError(f"TTS stream {token} not found")
@@ -37,9 +42,9 @@ async def wav_pcm(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
             continue
         fmt = wav.format
         assert fmt is not None
-        if fmt.sample_rate != DOWNLINK_SAMPLE_RATE or fmt.channels != 1:
+        if fmt.sample_rate != DOWNLINK_SAMPLE_RATE or not fmt.is_s16_mono:
             if resampler is None:
-                resampler = Resampler(fmt.sample_rate, fmt.channels, DOWNLINK_SAMPLE_RATE)
+                resampler = Resampler(fmt.sample_rate, fmt.channels, DOWNLINK_SAMPLE_RATE, fmt.av_format)
             pcm = resampler.convert(pcm)
         yield pcm
 

@@ -82,7 +82,8 @@ def test_lying_headers(version: int, frame: bytes) -> None:
 
 
 def wav_header(rate: int, channels: int = 1, bits: int = 16, fmt: int = 1, extra: bytes = b"") -> bytes:
-    fmt_chunk = struct.pack("<HHIIHH", fmt, channels, rate, rate * channels * 2, channels * 2, bits)
+    width = max(1, bits // 8)
+    fmt_chunk = struct.pack("<HHIIHH", fmt, channels, rate, rate * channels * width, channels * width, bits)
     return (
         b"RIFF"
         + b"\xff\xff\xff\xff"
@@ -107,11 +108,65 @@ def test_wav_stream_in_pieces_with_bogus_sizes() -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [b"OggS" + b"\0" * 20, wav_header(16000, bits=8), wav_header(16000, fmt=3), wav_header(16000, channels=6)],
+    [
+        b"OggS" + b"\0" * 20,
+        wav_header(16000, bits=12),
+        wav_header(16000, fmt=3, bits=64),  # double: no engine makes it
+        wav_header(16000, fmt=2),  # ADPCM
+        wav_header(16000, channels=9),
+        wav_header(0),
+        wav_header(16000, fmt=0xFFFE),  # extensible, with no sub-format
+    ],
 )
 def test_wav_stream_refuses_what_it_cannot_play(data: bytes) -> None:
     with pytest.raises(AudioError):
         WavStream().feed(data)
+
+
+def _samples(bits: int, fmt: int, values: list[float]) -> bytes:
+    """``values`` in [-1, 1] as WAV samples of ``bits`` (``fmt`` 3: float)."""
+    if fmt == 3:
+        return array("f", values).tobytes()
+    if bits == 8:
+        return bytes(int(128 + 127 * v) for v in values)
+    scale = 2 ** (bits - 1) - 1
+    return b"".join(int(v * scale).to_bytes(bits // 8, "little", signed=True) for v in values)
+
+
+@pytest.mark.parametrize(
+    ("rate", "channels", "bits", "fmt"),
+    [
+        (22050, 1, 16, 1),  # Piper
+        (24000, 1, 24, 1),
+        (44100, 2, 16, 1),
+        (48000, 1, 32, 1),
+        (16000, 1, 32, 3),  # float, as some cloud engines return
+        (8000, 1, 8, 1),
+    ],
+)
+def test_every_wav_an_engine_may_return_plays_at_the_device_rate(rate: int, channels: int, bits: int, fmt: int) -> None:
+    """Any WAV is resampled in-process to 24 kHz s16 mono: its length and loudness survive."""
+    seconds = 0.5
+    values = [0.5 * math.sin(2 * math.pi * 440 * i / rate) for i in range(int(seconds * rate)) for _ in range(channels)]
+    header = wav_header(rate, channels, bits, fmt)
+    data = header + _samples(bits, fmt, values)
+    stream = WavStream()
+    pcm = b"".join(stream.feed(data[i : i + 1001]) for i in range(0, len(data), 1001))
+    assert stream.format is not None
+    out = Resampler(rate, channels, 24000, stream.format.av_format).convert(pcm)
+    played = array("h", out)
+    assert abs(len(played) / 24000 - seconds) < 0.03
+    assert 0.45 < max(played) / 32767 < 0.55  # half scale in, half scale out
+
+
+def test_wav_extensible_float() -> None:
+    guid = bytes.fromhex("0300000000001000800000aa00389b71")
+    fmt_chunk = struct.pack("<HHIIHH", 0xFFFE, 1, 16000, 64000, 4, 32) + struct.pack("<HHI", 22, 32, 4) + guid
+    data = b"RIFF\xff\xff\xff\xffWAVEfmt " + struct.pack("<I", len(fmt_chunk)) + fmt_chunk + b"data\0\0\0\0"
+    stream = WavStream()
+    stream.feed(data + array("f", [0.25, -0.25]).tobytes())
+    assert stream.format is not None
+    assert stream.format.av_format == "flt"
 
 
 def test_resampler() -> None:

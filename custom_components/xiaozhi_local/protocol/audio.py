@@ -199,22 +199,28 @@ class OggOpusWriter:
 
 
 class Resampler:
-    """s16 PCM of any rate and channel count → s16 mono at ``rate`` (TTS that ignored our format)."""
+    """Interleaved PCM of any rate, channel count and sample format → s16 mono at ``rate``.
 
-    def __init__(self, source_rate: int, channels: int, rate: int) -> None:
+    In-process (libswresample through PyAV): what a TTS engine returns is played without an
+    ffmpeg process. ``source_format`` is PyAV's packed format: ``u8``, ``s16``, ``s32`` or ``flt``.
+    """
+
+    def __init__(self, source_rate: int, channels: int, rate: int, source_format: str = "s16") -> None:
         self._source_rate = source_rate
-        self._layout = "mono" if channels == 1 else "stereo"
+        self._layout = {1: "mono", 2: "stereo"}.get(channels, f"{channels}c")  # (downmixed to mono)
         self._channels = channels
+        self._format = source_format
+        self._width = av.AudioFormat(source_format).bytes
         self._resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
         self._pts = 0
 
     def convert(self, pcm: bytes) -> bytes:
         """Converted PCM (whole samples only; the caller keeps frames aligned)."""
-        samples = len(pcm) // (2 * self._channels)
+        samples = len(pcm) // (self._width * self._channels)
         if samples == 0:
             return b""
-        frame = av.AudioFrame(format="s16", layout=self._layout, samples=samples)
-        frame.planes[0].update(pcm[: samples * 2 * self._channels])
+        frame = av.AudioFrame(format=self._format, layout=self._layout, samples=samples)
+        frame.planes[0].update(pcm[: samples * self._width * self._channels])
         frame.sample_rate = self._source_rate
         frame.pts = self._pts
         self._pts += samples
@@ -226,11 +232,38 @@ class Resampler:
 
 @dataclass(slots=True)
 class WavFormat:
-    """What a WAV header says."""
+    """What a WAV header says. 24-bit samples are handed on as 32-bit (``av_format`` ``s32``)."""
 
     sample_rate: int
     channels: int
     sample_width: int
+    float: bool = False
+
+    @property
+    def av_format(self) -> str:
+        """PyAV's packed sample format of the PCM that ``WavStream.feed`` returns."""
+        if self.float:
+            return "flt"
+        return {1: "u8", 2: "s16", 3: "s32", 4: "s32"}[self.sample_width]
+
+    @property
+    def is_s16_mono(self) -> bool:
+        """Already what the device plays (at some rate)."""
+        return not self.float and self.sample_width == 2 and self.channels == 1
+
+
+MAX_WAV_CHANNELS: Final = 8
+_FLOAT_GUID: Final = bytes.fromhex("0300000000001000800000aa00389b71")
+_PCM_GUID: Final = bytes.fromhex("0100000000001000800000aa00389b71")
+
+
+def _widen_24(pcm: bytes) -> bytes:
+    """24-bit little-endian samples → 32-bit (the low byte zero)."""
+    out = bytearray(len(pcm) // 3 * 4)
+    out[1::4] = pcm[0::3]
+    out[2::4] = pcm[1::3]
+    out[3::4] = pcm[2::3]
+    return bytes(out)
 
 
 class WavStream:
@@ -259,7 +292,7 @@ class WavStream:
         frame = self.format.channels * self.format.sample_width
         whole = len(pcm) - len(pcm) % frame
         self._odd = pcm[whole:]
-        return pcm[:whole]
+        return _widen_24(pcm[:whole]) if self.format.sample_width == 3 else pcm[:whole]
 
     def _parse_header(self) -> bytes | None:
         data = bytes(self._head)
@@ -280,15 +313,32 @@ class WavStream:
             if pos + 8 + size > len(data):
                 break  # wait for the rest of this chunk
             if chunk_id == b"fmt ":
-                audio_format, channels, rate = struct.unpack_from("<HHI", data, pos + 8)
-                bits = struct.unpack_from("<H", data, pos + 22)[0]
-                if audio_format not in (1, 0xFFFE) or bits != 16 or channels not in (1, 2):
-                    raise AudioError(f"unsupported WAV: format {audio_format}, {bits} bits, {channels} channels")
-                fmt = WavFormat(rate, channels, 2)
+                fmt = _wav_format(data[pos + 8 : pos + 8 + size])
             pos += 8 + size + (size & 1)
         if len(data) > self.MAX_HEADER:
             raise AudioError("WAV header too long")
         return None
+
+
+def _wav_format(chunk: bytes) -> WavFormat:
+    """The ``fmt `` chunk: integer PCM of 8, 16, 24 or 32 bits, or 32-bit float; 1–8 channels."""
+    if len(chunk) < 16:
+        raise AudioError("WAV fmt chunk too short")
+    audio_format, channels, rate = struct.unpack_from("<HHI", chunk)
+    bits = struct.unpack_from("<H", chunk, 14)[0]
+    if audio_format == 0xFFFE:  # WAVE_FORMAT_EXTENSIBLE: the real format is its sub-format GUID
+        guid = chunk[24:40] if len(chunk) >= 40 else b""
+        audio_format = 3 if guid == _FLOAT_GUID else 1 if guid == _PCM_GUID else -1
+    is_float = audio_format == 3
+    if (
+        (audio_format != 1 and not is_float)
+        or (is_float and bits != 32)
+        or bits not in (8, 16, 24, 32)
+        or not 1 <= channels <= MAX_WAV_CHANNELS
+        or not 1000 <= rate <= 192_000
+    ):
+        raise AudioError(f"unsupported WAV: format {audio_format}, {bits} bits, {channels} channels, {rate} Hz")
+    return WavFormat(rate, channels, bits // 8, is_float)
 
 
 # -- text shown on the device while it speaks ------------------------------------------------
