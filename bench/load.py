@@ -129,6 +129,8 @@ class Run:
 
     port: int
     config: Path
+    python: str = sys.executable
+    """The interpreter whose Home Assistant runs (the smoke run's has the newest release)."""
     process: asyncio.subprocess.Process | None = None
     http: aiohttp.ClientSession | None = None
     figures: dict[str, Any] = field(default_factory=dict)
@@ -150,7 +152,7 @@ class Run:
             await self.http.close()
         log = (self.config.parent / "ha.log").open("w")
         self.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "homeassistant", "--config", str(self.config), "--skip-pip",
+            self.python, "-m", "homeassistant", "--config", str(self.config), "--skip-pip",
             stdout=log, stderr=asyncio.subprocess.STDOUT,
             cwd=self.config.parent,  # not the repository: its custom_components/ would shadow the config's
         )  # fmt: skip
@@ -497,12 +499,14 @@ async def load(
         "",
         "Reading the voice rows: the providers are instant, so a turn is HA's pipeline plus ours. A single "
         f"turn on an idle machine takes about 85 ms from `listen stop` to the first packet, "
-        f"{FIRST_FRAME_GAP * 1000:.0f} of them the deliberate first-frame gap. With 20 at once on 2 cores "
-        "the time goes to HA's TTS conversion (one "
-        "ffmpeg process per reply, asked for because the device plays 24 kHz mono) and to the bench process "
-        "itself, which runs the 1000 devices and decodes every packet they hear. The same bench process "
-        "stamps the packets' arrival, so its own loop lag is inside the pacing lateness; no packet arrived "
-        f"after the speaker needed it (the satellite sends {TTS_LEAD} s ahead).",
+        f"{FIRST_FRAME_GAP * 1000:.0f} of them the deliberate first-frame gap. The bench's engine returns WAV "
+        "at 22.05 kHz, as Piper does: Home Assistant passes it through and the satellite resamples it "
+        "in-process, with no ffmpeg process. With an engine that returns MP3 (`BENCH_TTS=mp3`), HA converts "
+        "each reply with one ffmpeg process; on this machine that made TTS asked → first packet 588 / 659 ms "
+        "(p50 / p99) and `listen stop` → first packet 700 / 733 ms, with the same 20 turns. The bench "
+        "process runs the 1000 devices and decodes every packet they hear, and stamps the packets' arrival, "
+        "so its own loop lag is inside the pacing lateness; no packet arrived after the speaker needed it "
+        f"(the satellite sends {TTS_LEAD} s ahead).",
         "",
         "Entities: Home Assistant adds at most 10 000 enabled entities to one config entry. 1000 devices "
         "reach that limit (HA logged that it stopped adding entities), so about 900 fully equipped devices "

@@ -385,3 +385,21 @@ async def test_tts_is_converted_only_when_it_must_be(
     expected = speech_seconds(ready.agent.reply)
     assert expected - 0.1 <= played <= expected + 0.3  # (an MP3 encoder adds a little padding)
     assert loud_seconds(bytes(device.speaker_pcm), 24000) > expected * 0.8
+
+
+@pytest.mark.parametrize("firmware", ["2.4.2", "2.5.0"])
+async def test_downlink_fits_the_decode_queue_of_both_generations(
+    hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any], firmware: str
+) -> None:
+    """The satellite's lead (0.3 s) stays within 2.5's 20-packet (1.2 s) queue: nothing is dropped."""
+    sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, firmware_version=firmware))
+    await sim.connect()
+    try:
+        await wait_settled(hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC])
+        sim.relisten = False
+        await sim.say(speech_pcm())
+        await sim.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", timeout=30)
+        assert len(sim.audio) >= speech_seconds(ready.agent.reply) / 0.06 - 2
+        assert sim.queue_dropped == 0
+    finally:
+        await sim.drop()

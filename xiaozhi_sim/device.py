@@ -128,6 +128,11 @@ class SimulatedDevice:
         self.audio: list[bytes] = []  # downlink packets accepted while speaking
         self.audio_at: list[float] = []  # when each of them arrived (time.monotonic())
         self.dropped_audio = 0  # downlink packets that arrived in another state (the firmware drops them)
+        self.decode_queue = 20 if is_v25(options.firmware_version) else 40
+        """``MAX_DECODE_PACKETS_IN_QUEUE``: packets beyond it are dropped (2.5 halved it: 1.2 s)."""
+        self.queue_dropped = 0
+        self._playing_since: float | None = None
+        self._queued = 0
         self.speaker_pcm = bytearray()  # what the speaker played, decoded
         self._speaker: SpeakerDecoder | None = None
         self.device_state = "idle"  # idle | listening | speaking
@@ -367,6 +372,14 @@ class SimulatedDevice:
         if self.device_state != "speaking":
             self.dropped_audio += 1  # "Binary audio is accepted only in the speaking state"
             return
+        # The decode queue: 40 packets on 2.4, 20 on 2.5, played at real time; a full queue drops.
+        now = time.monotonic()
+        if self._playing_since is None or self._queued - self._played(now) <= 0:
+            self._playing_since, self._queued = now, 0  # the speaker caught up: playback restarts
+        if self._queued - self._played(now) >= self.decode_queue:
+            self.queue_dropped += 1
+            return
+        self._queued += 1
         packet = unframe(self.options.protocol_version, data)
         self.audio.append(packet)
         self.audio_at.append(time.monotonic())
@@ -375,12 +388,18 @@ class SimulatedDevice:
             with contextlib.suppress(av.error.FFmpegError):  # logged and dropped by the firmware
                 self.speaker_pcm += self._speaker.decode(packet)
 
+    def _played(self, now: float) -> int:
+        """Packets the speaker has played since playback (re)started (60 ms each)."""
+        assert self._playing_since is not None
+        return int((now - self._playing_since) / 0.06)
+
     async def _on_tts(self, msg: dict[str, Any]) -> None:
         state = msg.get("state")
         if state == "start":
             self.device_state = "speaking"
             rate = ((self.server_hello or {}).get("audio_params") or {}).get("sample_rate", 24000)
             self._speaker = SpeakerDecoder(int(rate))  # the decoder queue is reset on entering speaking
+            self._playing_since, self._queued = None, 0
         elif state == "stop" and self.device_state == "speaking":
             if self.listening_mode == "manual":
                 self.device_state = "idle"

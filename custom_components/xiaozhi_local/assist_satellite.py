@@ -15,6 +15,7 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+import inspect
 import logging
 from typing import Any, Final
 
@@ -64,6 +65,9 @@ from .repairs import async_pipeline_incomplete, async_pipeline_served
 
 _LOGGER = logging.getLogger(__name__)
 
+_SESSION_TAKES_CONTEXT: Final = "context" in inspect.signature(chat_session.async_get_chat_session).parameters
+"""Home Assistant 2026.11 wants the run's context (leaving it out warns, and breaks in 2027.5);
+2026.10 has no such parameter."""
 NOTIFY_FETCH_TIMEOUT: Final = 10.0
 """Seconds a 2.5 device has to fetch a ``notify`` announcement before it is shown as an alert."""
 EARLY_AUDIO_PACKETS: Final = 16
@@ -507,7 +511,9 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         extra_system_prompt, self._extra_system_prompt = self._extra_system_prompt, None
         self._events_for = run
         try:
-            with chat_session.async_get_chat_session(self.hass, self._conversation_id) as session:
+            with chat_session.async_get_chat_session(
+                self.hass, self._conversation_id, **({"context": context} if _SESSION_TAKES_CONTEXT else {})
+            ) as session:
                 self._conversation_id = session.conversation_id
                 pipeline_input = PipelineInput(
                     run=PipelineRun(

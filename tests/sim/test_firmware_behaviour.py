@@ -210,3 +210,16 @@ def test_activation_v2_headers_and_hmac() -> None:
     assert (body["serial_number"], body["challenge"]) == ("SN" + "0" * 30, "abc")
     assert len(body["hmac"]) == 64
     assert json.loads(OtaClient(device(), "http://unused/ota/").activate_body("abc")) == {}
+
+
+def test_the_decode_queue_of_each_generation() -> None:
+    """2.4 holds 40 packets (2.4 s), 2.5 holds 20 (1.2 s); a burst beyond that is dropped."""
+    from xiaozhi_sim import SimulatedDevice, SimulatorOptions
+
+    for version, limit in (("2.4.2", 40), ("2.5.0", 20)):
+        device = SimulatedDevice(SimulatorOptions(url="", firmware_version=version))
+        device.device_state = "speaking"
+        for _ in range(30):
+            device._on_audio(b"\xf8\xff\xfe")  # a burst, all at once
+        assert device.decode_queue == limit
+        assert device.queue_dropped == max(0, 30 - limit)

@@ -1,0 +1,176 @@
+"""Smoke run against a real Home Assistant of the newest release (see ``script/smoke``).
+
+The test kit pins an older Home Assistant, so this runs the newest one, installed into its own
+venv, as a process: the Xiaozhi Local hub seeded as ``script/develop`` seeds it, the bench's
+probe (instant STT, agent and TTS; an access token) beside it, and simulated devices in this
+process. It:
+
+1. pairs a new device by the code it speaks, through HA's own config-flow API;
+2. brings one device up over MQTT+UDP and one over WebSocket, and checks their entities;
+3. calls a tool through ``xiaozhi_local.call_tool``, over each transport;
+4. runs one voice turn (real Opus over UDP through the pipeline);
+5. fails on any warning or error Home Assistant logged about the integration: deprecations,
+   blocking calls, "is using a deprecated" … (HA's notice that a custom integration is loaded
+   is the one line expected).
+
+Usage: ``python script/smoke.py HA_PYTHON`` (the interpreter of the smoke venv).
+"""
+
+import asyncio
+import json
+from pathlib import Path
+import re
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+import aiohttp
+from websockets.asyncio.client import connect as ws_connect
+
+ROOT = Path(__file__).parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.load import Run, client_id_of, prepare, tool_calls, voice_turns  # noqa: E402
+from xiaozhi_sim import SimulatedDevice, SimulatorOptions  # noqa: E402
+from xiaozhi_sim.mqtt import MqttDevice  # noqa: E402
+from xiaozhi_sim.ota import OtaTiming  # noqa: E402
+
+PORT = 18223
+MQTT_MAC, WS_MAC, NEW_MAC = "cc:ba:97:00:00:01", "cc:ba:97:00:00:02", "cc:ba:97:00:00:03"
+FAST = OtaTiming(check_retry_base=0.5, activate_pending_delay=0.5, activate_error_delay=0.5, no_challenge_wait=0.5)
+EXPECTED = re.compile(r"We found a custom integration (xiaozhi_local|bench_probe) which has not been tested")
+BAD = re.compile(r"deprecat|blocking call|is using a deprecated|Detected (code|that)", re.IGNORECASE)
+OURS = re.compile(r"xiaozhi_local|xiaozhi")
+
+
+class SmokeError(Exception):
+    """A check failed."""
+
+
+def check(ok: bool, what: str) -> None:
+    """Say what passed; raise when it did not."""
+    if not ok:
+        raise SmokeError(what)
+    print(f"ok: {what}", flush=True)
+
+
+async def ws_command(run: Run, message: dict[str, Any]) -> Any:
+    """One command on HA's WebSocket API with the probe's token; its result."""
+    token = (run.config / "bench_token").read_text()
+    async with ws_connect(f"ws://127.0.0.1:{run.port}/api/websocket", max_size=2**24) as ws:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "auth", "access_token": token}))
+        if json.loads(await ws.recv()).get("type") != "auth_ok":
+            raise SmokeError("the probe's token was refused")
+        await ws.send(json.dumps({"id": 1, **message}))
+        answer = json.loads(await ws.recv())
+    if not answer.get("success"):
+        raise SmokeError(f"{message['type']}: {answer.get('error')}")
+    return answer["result"]
+
+
+async def pair_by_code(run: Run, device: MqttDevice) -> dict[str, Any]:
+    """The device boots, speaks its code; the code goes into its discovery card (HA's flow API)."""
+    codes: asyncio.Queue[str] = asyncio.Queue()
+    boot = asyncio.create_task(
+        device.boot_mqtt(f"{run.base}/api/xiaozhi_local/ota/", timing=FAST, on_code=lambda c, _m: codes.put_nowait(c))
+    )
+    code = await asyncio.wait_for(codes.get(), 30)
+    flow_id = None
+    for _ in range(60):
+        flows = await ws_command(run, {"type": "config_entries/flow/progress"})
+        flow_id = next((f["flow_id"] for f in flows if f["context"].get("unique_id") == NEW_MAC), None)
+        if flow_id:
+            break
+        await asyncio.sleep(0.5)
+    check(flow_id is not None, "the new device shows up as discovered")
+    token = (run.config / "bench_token").read_text()
+    assert run.http is not None
+    async with run.http.post(
+        f"{run.base}/api/config/config_entries/flow/{flow_id}",
+        json={"code": code},
+        headers={"Authorization": f"Bearer {token}"},
+    ) as response:
+        result = await response.json()
+    check(result.get("type") == "abort" and result.get("reason") == "paired", f"the code pairs it ({result})")
+    answer = await asyncio.wait_for(boot, 60)
+    check("mqtt" in answer, "once paired, its OTA answer carries mqtt")
+    return answer
+
+
+async def smoke(ha_python: str) -> list[str]:
+    """The whole run; returns the log lines that fail it."""
+    workdir = Path(tempfile.mkdtemp(prefix="xiaozhi-smoke-"))
+    pairs = [(MQTT_MAC, secrets.token_urlsafe(32)), (WS_MAC, secrets.token_urlsafe(32))]
+    prepare(workdir / "config", pairs, PORT, mqtt_port=PORT + 1, websocket_macs=frozenset({WS_MAC}))
+    run = Run(PORT, workdir / "config", python=ha_python)
+    probe = await asyncio.create_subprocess_exec(
+        ha_python, "-c", "import homeassistant.const as c; print(c.__version__)", stdout=asyncio.subprocess.PIPE
+    )
+    version, _ = await probe.communicate()
+    print(f"Home Assistant {version.decode().strip()}", flush=True)
+
+    def options(mac: str, **kwargs: Any) -> SimulatorOptions:
+        return SimulatorOptions(url="", mac=mac, client_id=client_id_of(mac), hello_timeout=30, **kwargs)
+
+    mqtt = MqttDevice(options(MQTT_MAC, ir=True))
+    websocket = SimulatedDevice(options(WS_MAC))
+    new = MqttDevice(options(NEW_MAC, firmware_version="2.5.0"))
+    try:
+        await run.start()
+        check(bool(await mqtt.boot_mqtt(f"{run.base}/api/xiaozhi_local/ota/")), "the MQTT device boots")
+        await websocket.boot(f"{run.base}/api/xiaozhi_local/ota/")
+        await websocket.connect()
+        await pair_by_code(run, new)
+        await run.wait("ready", lambda ready: ready >= 3, 60)
+        check(True, "all three devices are connected and ready")
+
+        states = {s["entity_id"]: s for s in await ws_command(run, {"type": "get_states"})}
+        for wanted in ("number.bench_0_volume", "binary_sensor.bench_0_connected", "button.bench_0_restart"):
+            check(wanted in states, f"entity {wanted} exists")
+        check(states["binary_sensor.bench_0_connected"]["state"] == "on", "the MQTT device is Connected while idle")
+        check(any(e.startswith("assist_satellite.") for e in states), "an assist satellite exists")
+
+        for mac, how in ((MQTT_MAC, "MQTT"), (WS_MAC, "WebSocket")):
+            latencies = await tool_calls(run, [mac], 5, 5.0)
+            check(len(latencies) == 5 and "call_errors" not in run.figures, f"call_tool over {how}")
+
+        await mqtt.connect()  # the wake word: hello v3, the UDP channel
+        voice = await voice_turns(run, [mqtt], 1)
+        check(voice["turns"] == 1 and not voice["failures"] and voice["packets"] > 10, "a voice turn over UDP")
+    finally:
+        await asyncio.gather(*(d.drop() for d in (mqtt, websocket, new)), return_exceptions=True)
+        await run.stop()
+    log = (workdir / "ha.log").read_text(errors="replace")
+    bad = [
+        line
+        for line in log.splitlines()
+        if (" WARNING " in line or " ERROR " in line or " CRITICAL " in line)
+        and not EXPECTED.search(line)
+        and (OURS.search(line) or BAD.search(line))
+    ]
+    shutil.rmtree(workdir, ignore_errors=True)
+    return bad
+
+
+def main() -> int:
+    """Run it; 0 when every check passed and HA logged nothing about the integration."""
+    started = time.monotonic()
+    try:
+        bad = asyncio.run(smoke(sys.argv[1]))
+    except (SmokeError, TimeoutError, aiohttp.ClientError, RuntimeError) as err:
+        print(f"FAILED: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    for line in bad:
+        print(f"FAILED: Home Assistant logged: {line}", file=sys.stderr)
+    if bad:
+        return 1
+    print(f"smoke run passed in {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
