@@ -8,7 +8,7 @@ process. It:
 1. pairs a new device by the code it speaks, through HA's own config-flow API;
 2. brings one device up over MQTT+UDP and one over WebSocket, and checks their entities;
 3. calls a tool through ``xiaozhi_local.call_tool``, over each transport;
-4. runs one voice turn (real Opus over UDP through the pipeline);
+4. runs one voice turn (real Opus over UDP through the pipeline) and one typed question;
 5. fails on any warning or error Home Assistant logged about the integration: deprecations,
    blocking calls, "is using a deprecated" … (HA's notice that a custom integration is loaded
    is the one line expected).
@@ -18,6 +18,7 @@ Usage: ``python script/smoke.py HA_PYTHON`` (the interpreter of the smoke venv).
 
 import asyncio
 import json
+import os
 from pathlib import Path
 import re
 import secrets
@@ -141,6 +142,12 @@ async def smoke(ha_python: str) -> list[str]:
         await mqtt.connect()  # the wake word: hello v3, the UDP channel
         voice = await voice_turns(run, [mqtt], 1)
         check(voice["turns"] == 1 and not voice["failures"] and voice["packets"] > 10, "a voice turn over UDP")
+        marker = len(websocket.log)
+        await websocket.type_text("what time is it")  # typed text: the satellite's own chat session
+        await websocket.wait_message(
+            lambda m: m.get("type") == "tts" and m.get("state") == "stop" and websocket.log.index(m) >= marker, 30
+        )
+        check(True, "a typed question is answered")
     finally:
         await asyncio.gather(*(d.drop() for d in (mqtt, websocket, new)), return_exceptions=True)
         await run.stop()
@@ -152,7 +159,10 @@ async def smoke(ha_python: str) -> list[str]:
         and not EXPECTED.search(line)
         and (OURS.search(line) or BAD.search(line))
     ]
-    shutil.rmtree(workdir, ignore_errors=True)
+    if os.environ.get("XIAOZHI_SMOKE_KEEP"):
+        print(f"kept: {workdir}", flush=True)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
     return bad
 
 
