@@ -156,6 +156,46 @@ def seed_entry(
     return stored
 
 
+def seed_plain_entry(config_dir: Path, domain: str, title: str) -> None:
+    """An entry without data for a helper integration (entity platforms need one), once."""
+    path = config_dir / ".storage" / STORAGE_KEY
+    store = json.loads(path.read_text())
+    if any(e["domain"] == domain for e in store["data"]["entries"]):
+        return
+    entry = ConfigEntry(
+        data={},
+        discovery_keys=MappingProxyType({}),
+        domain=domain,
+        minor_version=1,
+        options={},
+        source=SOURCE_USER,
+        subentries_data=[],
+        title=title,
+        unique_id=None,
+        version=1,
+    )
+    store["data"]["entries"].append(json.loads(json.dumps(entry.as_dict(), default=str)))
+    path.write_text(json.dumps(store, indent=2))
+
+
+def link_components(config_dir: Path) -> None:
+    """The integration and the dev-only demo voice (config/xiaozhi_demo), linked into the config.
+
+    Both live in the config's ``custom_components``: Home Assistant reads that directory only
+    while it imports the package, so a second ``custom_components`` on the path would hide it.
+    """
+    root = Path(__file__).resolve().parent.parent
+    for name, source in (
+        ("xiaozhi_local", root / "custom_components" / "xiaozhi_local"),
+        ("xiaozhi_demo", root / "config" / "xiaozhi_demo"),
+    ):
+        target = config_dir / "custom_components" / name
+        if not target.exists() and not target.is_symlink():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(source)
+    seed_plain_entry(config_dir, "xiaozhi_demo", "Xiaozhi demo voice")
+
+
 def main(config_dir: Path, port: int = HA_PORT) -> None:
     """Seed the entry (and the port); print each simulated device's MAC, token and Client-Id."""
     keep_port(config_dir, port)
@@ -168,6 +208,7 @@ def main(config_dir: Path, port: int = HA_PORT) -> None:
         dev_options(port),
         {WS_MAC: {"transport": "websocket"}},
     )
+    link_components(config_dir)
     subentries = hub.get("subentries", [])
     assert isinstance(subentries, list)
     for mac, client_id in ((SIM_MAC, SIM_CLIENT_ID), (WS_MAC, WS_CLIENT_ID)):

@@ -144,9 +144,7 @@ async def smoke(ha_python: str) -> list[str]:
         check(voice["turns"] == 1 and not voice["failures"] and voice["packets"] > 10, "a voice turn over UDP")
         marker = len(websocket.log)
         await websocket.type_text("what time is it")  # typed text: the satellite's own chat session
-        await websocket.wait_message(
-            lambda m: m.get("type") == "tts" and m.get("state") == "stop" and websocket.log.index(m) >= marker, 30
-        )
+        await websocket.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 30, after=marker)
         check(True, "a typed question is answered")
     finally:
         await asyncio.gather(*(d.drop() for d in (mqtt, websocket, new)), return_exceptions=True)

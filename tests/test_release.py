@@ -143,14 +143,16 @@ def test_readmes_cover_what_a_user_needs() -> None:
     """The sections HA's documentation rules ask for, in both languages, and every picture they show exists."""
     sections = {
         "README.md": (
-            "What you can do with it", "Supported devices and clients", "Installation", "Connect your device",
+            "What you can do with it", "Supported devices and clients", "Try it without a device", "Installation",
+            "Connect your device", "Always connected",
             "Hub options", "Entities", "Setting up voice", "Announcements and questions",
             "Conversation agents can use the device", "Action: `xiaozhi_local.call_tool`",
             "Event: `xiaozhi_local_notification`", "Diagnostics and repairs", "Known limitations",
             "Troubleshooting", "Removal",
         ),
         "README.zh-Hans.md": (
-            "可以用它做什么", "支持的设备和客户端", "安装", "连接设备", "集成选项", "实体", "设置语音", "播报与提问",
+            "可以用它做什么", "支持的设备和客户端", "无需设备即可试用", "安装", "连接设备", "始终连接",
+            "集成选项", "实体", "设置语音", "播报与提问",
             "对话代理使用设备工具", "动作：`xiaozhi_local.call_tool`", "事件：`xiaozhi_local_notification`",
             "诊断信息与修复", "已知限制", "故障排除", "移除",
         ),

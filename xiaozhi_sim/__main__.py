@@ -3,11 +3,13 @@
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 from .device import FLAVORS, DeviceCrashed, SimulatedDevice, SimulatorOptions
 from .mqtt import RECONNECT_INTERVAL, MqttDevice, MqttRefused
 from .register_client import RegisterClientOptions, RegisterToolsClient
+from .voice import UPLINK_RATE, MicEncoder
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,6 +49,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=RECONNECT_INTERVAL,
         metavar="S",
         help="over MQTT: seconds before reconnecting after a disconnect (the firmware waits 60)",
+    )
+    parser.add_argument(
+        "--type-from",
+        metavar="FIFO",
+        help="each line written to this named pipe wakes the device and is typed as a question (listen detect)",
+    )
+    parser.add_argument(
+        "--per-conversation",
+        action="store_true",
+        help="WebSocket as stock firmware uses it: connect only when woken (by --type-from), not at boot",
     )
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
@@ -93,6 +105,8 @@ async def run(args: argparse.Namespace) -> int:
     if args.client_id:
         options.client_id = args.client_id
     device = SimulatedDevice(options)  # one device: its NVS survives reconnects, as in flash
+    if args.per_conversation:
+        return await run_per_conversation(args, device)
     needs_boot = bool(args.ota)
     delay = 1.0
     while True:
@@ -126,9 +140,74 @@ async def run(args: argparse.Namespace) -> int:
         await asyncio.sleep(delay)
 
 
+async def run_per_conversation(args: argparse.Namespace, device: SimulatedDevice) -> int:
+    """Boot (OTA), then stay idle without a socket; each typed question opens one, as a wake word does."""
+    if args.ota:
+        answer = await device.check_ota(args.ota, on_code=_print_code)
+        if "mqtt" in answer:
+            return await run_mqtt(args, device.options, answer["mqtt"])
+        device.use_websocket_settings()
+    print(f"{device.options.mac} is idle; it connects when woken", flush=True)
+    if not args.type_from:
+        await asyncio.Event().wait()
+    await type_questions(device, args.type_from, per_conversation=True)
+    return 0
+
+
+async def _wake(device: SimulatedDevice) -> None:
+    """The wake word: open the conversation channel, as the firmware does, if it is not open."""
+    if isinstance(device, MqttDevice):
+        if not device.audio_channel_open:
+            await device.connect()  # hello v3, the UDP channel
+            # Woken, the firmware streams its microphone at once: its first datagram is what
+            # tells Home Assistant where the answer's audio goes.
+            for packet in MicEncoder(device.frame_ms).packets(bytes(UPLINK_RATE * 2 * device.frame_ms // 1000 * 3)):
+                device.send_datagram(packet)
+    elif not device.is_connected:
+        await device.connect()  # a WebSocket per conversation
+        print(f"connected as {device.options.mac}, session {device.session_id}", flush=True)
+
+
+async def type_questions(device: SimulatedDevice, path: str, *, per_conversation: bool = False) -> None:
+    """Each line of the pipe: wake, type it (``listen detect``), print what is heard back."""
+    # Opened for reading and writing: never blocks, and never sees end-of-file between writers.
+    pipe = os.fdopen(os.open(path, os.O_RDWR | os.O_NONBLOCK), "rb", buffering=0)
+    reader = asyncio.StreamReader()
+    await asyncio.get_running_loop().connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    while True:
+        line = (await reader.readline()).decode(errors="replace").strip()
+        if not line:
+            continue
+        try:
+            await _wake(device)
+            marker, heard = len(device.log), len(device.speaker_pcm)
+            device.relisten = False
+            await device.type_text(line)
+            await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 60, after=marker)
+        except Exception as err:  # noqa: BLE001 - say so, and take the next line
+            print(f"no answer: {type(err).__name__}: {err}", flush=True)
+            continue
+        said = " ".join(m["text"] for m in device.log[marker:] if m.get("state") == "sentence_start")
+        seconds = (len(device.speaker_pcm) - heard) / 2 / 24000
+        print(f'you typed: "{line}"; Home Assistant said: "{said}" ({seconds:.1f} s of speech)', flush=True)
+        if per_conversation:  # the conversation is over: the device goes idle, its socket with it
+            await device.drop()
+            print(f"{device.options.mac} is idle again (disconnected)", flush=True)
+
+
 async def run_mqtt(args: argparse.Namespace, options: SimulatorOptions, mqtt: dict[str, object]) -> int:
     """Online from boot over MQTT, as the firmware is; reconnects while idle; audio only per conversation."""
     device = MqttDevice(options, mqtt)
+    typing = asyncio.create_task(type_questions(device, args.type_from)) if args.type_from else None
+    try:
+        return await _stay_online(args, device)
+    finally:
+        if typing is not None:
+            typing.cancel()
+
+
+async def _stay_online(args: argparse.Namespace, device: MqttDevice) -> int:
+    options = device.options
     while True:
         try:
             await device.start()

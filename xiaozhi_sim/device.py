@@ -431,11 +431,13 @@ class SimulatedDevice:
             if self.device_state == "notifying":
                 self.device_state = "idle"
 
-    async def wait_message(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0) -> dict[str, Any]:
-        """The first logged server message (from the start of the log) matching ``predicate``."""
+    async def wait_message(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0, *, after: int = 0
+    ) -> dict[str, Any]:
+        """The first logged server message (from ``after`` in the log) matching ``predicate``."""
         async with asyncio.timeout(timeout):
             while True:
-                for msg in self.log:
+                for msg in self.log[after:]:
                     if predicate(msg):
                         return msg
                 self._logged.clear()
@@ -508,6 +510,11 @@ class SimulatedDevice:
         await self.send_json(msg)
 
     # -- sending ------------------------------------------------------------------------------
+
+    @property
+    def is_connected(self) -> bool:
+        """Whether its socket is open (a conversation is running)."""
+        return self._ws is not None and not self.closed.is_set()
 
     @property
     def connection(self) -> ClientConnection:

@@ -119,3 +119,55 @@ async def test_cli_stays_online_over_mqtt(
     proc.terminate()
     await asyncio.wait_for(proc.communicate(), 30)
     assert json.loads(flash.read_text())["mqtt"]["username"] == MAC
+
+
+async def test_cli_types_questions_from_a_pipe(
+    hass: HomeAssistant, ready: Any, setup_integration: MockConfigEntry, client: TestClient[Any, Any], tmp_path: Path
+) -> None:
+    """``--type-from FIFO`` (script/develop's demo): each line is asked, and the spoken answer comes back."""
+    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
+    await hass.async_block_till_done()
+    ota = str(client.make_url("/api/xiaozhi_local/ota/"))
+    flash = tmp_path / "flash.json"
+    flash.write_text(json.dumps({"board": {"uuid": CLIENT_ID}}))
+    fifo = tmp_path / "questions"
+    os.mkfifo(fifo)
+    proc = await run_cli("--ota", ota, "--mac", MAC, "--nvs", str(flash), "--type-from", str(fifo))
+    assert proc.stdout is not None
+    assert (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().startswith("connected as")
+    xdev = setup_integration.runtime_data.devices[MAC]
+    await wait_for(xdev, lambda d: d.connection is not None, timeout=30)
+    await asyncio.get_running_loop().run_in_executor(None, fifo.write_text, "turn on the kitchen light\n")
+    line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+    assert line.startswith('you typed: "turn on the kitchen light"; Home Assistant said: "The kitchen light is on.')
+    seconds = float(line.rsplit("(", 1)[1].split(" s", 1)[0])
+    assert seconds > 1.0  # spoken, over the encrypted UDP channel the device opened
+    proc.terminate()
+    await asyncio.wait_for(proc.communicate(), 30)
+
+
+async def test_cli_per_conversation_websocket(
+    hass: HomeAssistant, ready: Any, setup_integration: MockConfigEntry, client: TestClient[Any, Any], tmp_path: Path
+) -> None:
+    """``--per-conversation``: a stock board on WebSocket is offline until woken, and only then connects."""
+    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client), "mqtt": False})
+    await hass.async_block_till_done()
+    ota = str(client.make_url("/api/xiaozhi_local/ota/"))
+    flash = tmp_path / "flash.json"
+    flash.write_text(json.dumps({"board": {"uuid": CLIENT_ID}}))
+    fifo = tmp_path / "questions"
+    os.mkfifo(fifo)
+    proc = await run_cli(
+        "--ota", ota, "--mac", MAC, "--nvs", str(flash), "--per-conversation", "--type-from", str(fifo)
+    )
+    assert proc.stdout is not None
+    assert "is idle; it connects when woken" in (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+    xdev = setup_integration.runtime_data.devices[MAC]
+    assert xdev.connection is None  # booted, and not connected
+    await asyncio.get_running_loop().run_in_executor(None, fifo.write_text, "turn on the kitchen light\n")
+    assert (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().startswith(f"connected as {MAC}")
+    assert "The kitchen light is on." in (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+    assert "is idle again" in (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+    await wait_for(xdev, lambda d: d.connection is None, timeout=10)
+    proc.terminate()
+    await asyncio.wait_for(proc.communicate(), 30)
