@@ -4,6 +4,8 @@
 
 ``mqtt``: the same, with the devices always connected over MQTT+UDP (see ``bench/mqtt.py``).
 
+``talkers [N]``: N devices (100) say a wake word and a question as real-time Opus at once (``bench/talkers.py``).
+
 ``fuzz``: hostile frames through the protocol layer (see ``bench/fuzz.py``).
 
 ``audio``: the voice audio path.
@@ -34,6 +36,7 @@ from .crash import crash
 from .fuzz import fuzz_report, run_fuzz
 from .load import load, pct
 from .mqtt import mqtt_load
+from .talkers import talkers
 
 ROOT = Path(__file__).parent
 SPEECH = ROOT.parent / "tests" / "fixtures" / "speech_16k.wav"
@@ -185,7 +188,7 @@ async def audio(args: argparse.Namespace) -> str:
 HEADER = (
     "# Benchmarks\n\nFigures from one run of one command, so they can be compared next time. "
     "They are not part of the test run.\n\n"
-    "Reproduce: `script/bench` (all of them), or `script/bench audio|fuzz|load|mqtt|crash`.\n"
+    "Reproduce: `script/bench` (all of them), or `script/bench audio|fuzz|load|mqtt|talkers|crash`.\n"
 )
 
 
@@ -204,7 +207,8 @@ def write_sections(reports: list[str]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("which", choices=["audio", "fuzz", "load", "mqtt", "crash", "all"])
+    parser.add_argument("which", choices=["audio", "fuzz", "load", "mqtt", "talkers", "crash", "all"])
+    parser.add_argument("count", nargs="?", type=int, help="talkers: how many talk at once (default 100)")
     parser.add_argument("--trials", type=int, default=5, help="kill -9 trials for crash")
     parser.add_argument("--devices", type=int, default=1000, help="simulated devices for load")
     parser.add_argument("--concurrency", type=int, default=100, help="devices booting at once in the ramp")
@@ -253,6 +257,8 @@ def main() -> int:
                 )
             )
         )
+    if args.which in ("talkers", "all"):
+        reports.append(asyncio.run(talkers(devices=args.count or 100, port=args.port)))
     if args.which in ("crash", "all"):
         report, intact = asyncio.run(crash(args.trials, args.port, args.seed))
         failed = failed or not intact

@@ -271,6 +271,8 @@ async def test_mqtt_off_hands_out_websocket_only(
     assert hub.mqtt is None
     async with asyncio.timeout(5):
         await device.wait_offline()
+    # Restarted on the way out: it would otherwise retry the gone endpoint until power-cycled.
+    assert device.rebooted
     answer = await device.boot_mqtt(ota_url(client), timing=FAST)
     assert "mqtt" not in answer
     assert device.options.url == ws_url(client)
@@ -681,3 +683,26 @@ async def test_timer_is_spoken_on_firmware_25(
     await asyncio.gather(*device.notify_tasks)  # started when the notify arrived
     assert loud_seconds(bytes(device.notify_pcm), 24000) > speech_seconds("Timer done: pasta") * 0.8
     await hass.async_block_till_done()
+
+
+async def test_connection_select_moves_a_device_off_mqtt_at_once(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], make_mqtt: MqttFactory
+) -> None:
+    """Per device: "Per conversation (WebSocket)" restarts it, and its next OTA answer has no mqtt."""
+    device = await make_mqtt()
+    await wait_settled(hub.devices[MAC])
+    state = hass.states.get("select.kitchen_connection")
+    assert state is not None
+    assert state.state == "hub"
+    await hass.services.async_call(
+        "select", "select_option", {"entity_id": "select.kitchen_connection", "option": "websocket"}, blocking=True
+    )
+    async with asyncio.timeout(5):
+        await device.wait_offline()
+    assert device.rebooted
+    assert hub.mqtt is not None  # the hub still serves the others
+    answer = await device.boot_mqtt(ota_url(client), timing=FAST)
+    assert "mqtt" not in answer
+    state = hass.states.get("select.kitchen_connection")
+    assert state is not None
+    assert state.state == "websocket"

@@ -142,6 +142,7 @@ class MqttDevice(SimulatedDevice):
         self.subscribed = False  # the firmware never subscribes; py-xiaozhi does
         self.subacks = 0
         self.datagrams_dropped = 0
+        self._reboot_timer: asyncio.TimerHandle | None = None
         self.publishes_received = 0
 
     # -- boot and the MQTT session ----------------------------------------------------------
@@ -231,6 +232,9 @@ class MqttDevice(SimulatedDevice):
             self._lost()
 
     def _lost(self) -> None:
+        if self._reboot_timer is not None:
+            self._reboot_timer.cancel()  # (gone already: nothing left to abort)
+            self._reboot_timer = None
         self.online.clear()
         self.offline.set()
         self._close_udp()
@@ -448,4 +452,4 @@ class MqttDevice(SimulatedDevice):
     def _schedule_reboot(self) -> None:
         self.rebooted = True
         if self._writer is not None:
-            asyncio.get_running_loop().call_later(0.1, self._writer.transport.abort)
+            self._reboot_timer = asyncio.get_running_loop().call_later(0.1, self._writer.transport.abort)

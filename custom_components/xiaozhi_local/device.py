@@ -450,6 +450,11 @@ class XiaozhiDevice:
         if connection is None or not await connection.async_send_json({"type": "system", "command": "reboot"}):
             raise translated_error("device_offline", device=self.name)
 
+    async def async_restart_quietly(self) -> bool:
+        """Restart if connected (to pick up a new transport at boot); False when it could not be told."""
+        connection = self.connection
+        return connection is not None and await connection.async_send_json({"type": "system", "command": "reboot"})
+
     async def async_press(self, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         """A button: the device must be connected."""
         if self.connection is None:

@@ -263,6 +263,10 @@ class XiaozhiHub:
             return
         if current is not None:
             self.mqtt = None
+            if not uses_mqtt and not self.stopping:
+                # Turned off: a device only checks OTA at boot, and without the endpoint it would
+                # retry MQTT until someone power-cycles it. Restarted now, it comes back on WebSocket.
+                await asyncio.gather(*(link.device.async_restart_quietly() for link in list(current.links)))
             await current.async_stop()
         if not uses_mqtt or self.stopping:
             async_mqtt_port(self.hass, None, port, udp_port)

@@ -111,3 +111,8 @@ class XiaozhiTransportSelect(XiaozhiEntity, SelectEntity):
             data[CONF_TRANSPORT] = option
         self.hass.config_entries.async_update_subentry(self.entry, subentry, data=data)
         self.async_write_ha_state()
+        link = self.device.connection
+        hub = self.entry.runtime_data
+        if link is not None and link.transport_name == "mqtt" and hub.mqtt_for(self.device) is None:
+            # Off MQTT: the device learns that at its OTA check, which runs at boot. Now, then.
+            await self.device.async_restart_quietly()
