@@ -229,34 +229,19 @@ def main() -> int:
         result = asyncio.run(run_fuzz(args.frames, args.seed))
         failed = any(bool(result[k]) for k in ("crashes", "bad_replies", "unstorable", "unsafe_tools_accepted"))
         reports.append(fuzz_report(result, machine(), time.strftime("%Y-%m-%d")))
+    many = {
+        "devices": args.devices,
+        "concurrency": args.concurrency,
+        "hold": args.hold,
+        "calls": args.calls,
+        "rate": args.rate,
+        "port": args.port,
+        "talkers": args.talkers,
+    }
     if args.which in ("load", "all"):
-        reports.append(
-            asyncio.run(
-                load(
-                    devices=args.devices,
-                    concurrency=args.concurrency,
-                    hold=args.hold,
-                    calls=args.calls,
-                    rate=args.rate,
-                    port=args.port,
-                    talkers=args.talkers,
-                )
-            )
-        )
+        reports.append(asyncio.run(load(**many)))
     if args.which in ("mqtt", "all"):
-        reports.append(
-            asyncio.run(
-                mqtt_load(
-                    devices=args.devices,
-                    concurrency=args.concurrency,
-                    hold=args.hold,
-                    calls=args.calls,
-                    rate=args.rate,
-                    port=args.port,
-                    talkers=args.talkers,
-                )
-            )
-        )
+        reports.append(asyncio.run(mqtt_load(**many)))
     if args.which in ("talkers", "all"):
         reports.append(asyncio.run(talkers(devices=args.count or 100, port=args.port)))
     if args.which in ("crash", "all"):

@@ -205,7 +205,7 @@ async def ramp(run: Run, sims: list[SimulatedDevice], concurrency: int) -> float
     results = await asyncio.gather(*(one(sim) for sim in sims), return_exceptions=True)
     failures = [r for r in results if isinstance(r, BaseException)]
     if failures:
-        run.figures["ramp_failures"] = f"{len(failures)} ({type(failures[0]).__name__}: {failures[0]})"
+        run.figures["ramp_failures"] = failure_text(failures)
     await run.wait("ready", lambda ready: ready >= len(sims) - len(failures), 300)
     return time.monotonic() - started
 
@@ -316,6 +316,22 @@ async def storm(run: Run, sims: list[SimulatedDevice], together: int, cycles: in
     return {"storm_s": storm_s, "before": before, "after": after}
 
 
+def lateness(arrivals: list[float]) -> tuple[list[float], int]:
+    """How late each downlink packet arrived against real time from the first (the first 0.3 s may come
+    early), and how many came after the speaker needed them (an audible gap)."""
+    first = arrivals[0]
+    late = [
+        max(0.0, arrived - (first + max(0.0, i * DOWNLINK_FRAME_S - TTS_LEAD))) for i, arrived in enumerate(arrivals)
+    ]
+    gaps = sum(arrived > first + i * DOWNLINK_FRAME_S for i, arrived in enumerate(arrivals))
+    return late, gaps
+
+
+def failure_text(failures: list[BaseException]) -> str:
+    """How many failed, and the first one."""
+    return f"{len(failures)} ({type(failures[0]).__name__}: {failures[0]})" if failures else ""
+
+
 async def voice_turns(run: Run, sims: list[SimulatedDevice], turns: int) -> dict[str, Any]:
     """``turns`` devices talk at once (push-to-talk, real-time Opus) while the others stay connected.
 
@@ -352,13 +368,13 @@ async def voice_turns(run: Run, sims: list[SimulatedDevice], turns: int) -> dict
         uplink.append(turn["stt_end"] - stop)
         pipeline.append(turn["tts_at"] - turn["stt_end"])
         downlink.append(first - turn["tts_at"])
-        for index, arrived in enumerate(arrivals):
-            late.append(max(0.0, arrived - (first + max(0.0, index * DOWNLINK_FRAME_S - TTS_LEAD))))
-            gaps += arrived > first + index * DOWNLINK_FRAME_S
+        turn_late, turn_gaps = lateness(arrivals)
+        late += turn_late
+        gaps += turn_gaps
         packets += len(arrivals)
     return {
         "turns": len(totals),
-        "failures": f"{len(failures)} ({type(failures[0]).__name__}: {failures[0]})" if failures else "",
+        "failures": failure_text(failures),
         "total": totals,
         "uplink": uplink,
         "pipeline": pipeline,

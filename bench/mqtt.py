@@ -28,6 +28,7 @@ from .load import (
     Run,
     client_id_of,
     echo_round_trips,
+    failure_text,
     mac_of,
     ms,
     pct,
@@ -62,7 +63,7 @@ async def boot_all(run: Run, mqtt: list[MqttDevice], websocket: list[SimulatedDe
     )
     failures = [r for r in results if isinstance(r, BaseException)]
     if failures:
-        run.figures["boot_failures"] = f"{len(failures)} ({type(failures[0]).__name__}: {failures[0]})"
+        run.figures["boot_failures"] = failure_text(failures)
     total = len(mqtt) + len(websocket)
     await run.wait("ready", lambda ready: ready >= total - len(failures), 300)
     return time.monotonic() - started

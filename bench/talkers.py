@@ -22,12 +22,13 @@ import wave
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .load import (
-    DOWNLINK_FRAME_S,
     SPEECH,
     STOCK_TOOLS,
     TOOLS,
     Run,
     client_id_of,
+    failure_text,
+    lateness,
     mac_of,
     ms,
     pct,
@@ -72,13 +73,13 @@ async def talk(run: Run, talkers: list[SimulatedDevice], pcm: bytes) -> dict[str
         vad.append(turn["stt_end"] - spoken_end)
         pipeline.append(turn["tts_at"] - turn["stt_end"])
         downlink.append(first - turn["tts_at"])
-        for index, arrived in enumerate(arrivals):
-            late.append(max(0.0, arrived - (first + max(0.0, index * DOWNLINK_FRAME_S - 0.3))))
-            gaps += arrived > first + index * DOWNLINK_FRAME_S
+        turn_late, turn_gaps = lateness(arrivals)
+        late += turn_late
+        gaps += turn_gaps
         packets += len(arrivals)
     return {
         "turns": len(perceived),
-        "failures": f"{len(failures)} ({type(failures[0]).__name__}: {failures[0]})" if failures else "",
+        "failures": failure_text(failures),
         "wake_to_audio": wake_to_audio,
         "perceived": perceived,
         "vad": vad,

@@ -61,11 +61,7 @@ async def test_cli_boots_through_ota(
     Its flash (``--nvs``) holds the Client-Id it paired with; the answer is stored there too.
     The hub hands out no MQTT here: the device stays on WebSocket.
     """
-    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client), "mqtt": False})
-    await hass.async_block_till_done()
-    ota = str(client.make_url("/api/xiaozhi_local/ota/"))
-    flash = tmp_path / "flash.json"
-    flash.write_text(json.dumps({"board": {"uuid": CLIENT_ID}}))
+    ota, flash = await booted_flash(hass, setup_integration, client, tmp_path, mqtt=False)
     proc = await run_cli("--ota", ota, "--mac", MAC, "--nvs", str(flash), "--client-id", "ignored: flash has one")
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
@@ -96,15 +92,22 @@ async def test_cli_register_flavor(
     assert proc.returncode == 0
 
 
+async def booted_flash(
+    hass: HomeAssistant, entry: MockConfigEntry, client: TestClient[Any, Any], tmp_path: Path, *, mqtt: bool = True
+) -> tuple[str, Path]:
+    """Devices are given the test server's URLs; the OTA URL, and a flash holding the paired Client-Id."""
+    hass.config_entries.async_update_entry(entry, options={"websocket_url": ws_url(client), "mqtt": mqtt})
+    await hass.async_block_till_done()
+    flash = tmp_path / "flash.json"
+    flash.write_text(json.dumps({"board": {"uuid": CLIENT_ID}}))
+    return str(client.make_url("/api/xiaozhi_local/ota/")), flash
+
+
 async def test_cli_stays_online_over_mqtt(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], tmp_path: Path
 ) -> None:
     """``--ota`` with an answer that carries ``mqtt``: online from boot; a restart brings it back."""
-    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
-    await hass.async_block_till_done()
-    ota = str(client.make_url("/api/xiaozhi_local/ota/"))
-    flash = tmp_path / "flash.json"
-    flash.write_text(json.dumps({"board": {"uuid": CLIENT_ID}}))
+    ota, flash = await booted_flash(hass, setup_integration, client, tmp_path)
     proc = await run_cli("--ota", ota, "--mac", MAC, "--nvs", str(flash), "--reconnect", "--mqtt-reconnect", "0.1")
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
@@ -125,11 +128,7 @@ async def test_cli_types_questions_from_a_pipe(
     hass: HomeAssistant, ready: Any, setup_integration: MockConfigEntry, client: TestClient[Any, Any], tmp_path: Path
 ) -> None:
     """``--type-from FIFO`` (script/develop's demo): each line is asked, and the spoken answer comes back."""
-    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
-    await hass.async_block_till_done()
-    ota = str(client.make_url("/api/xiaozhi_local/ota/"))
-    flash = tmp_path / "flash.json"
-    flash.write_text(json.dumps({"board": {"uuid": CLIENT_ID}}))
+    ota, flash = await booted_flash(hass, setup_integration, client, tmp_path)
     fifo = tmp_path / "questions"
     os.mkfifo(fifo)
     proc = await run_cli("--ota", ota, "--mac", MAC, "--nvs", str(flash), "--type-from", str(fifo))
@@ -150,11 +149,7 @@ async def test_cli_per_conversation_websocket(
     hass: HomeAssistant, ready: Any, setup_integration: MockConfigEntry, client: TestClient[Any, Any], tmp_path: Path
 ) -> None:
     """``--per-conversation``: a stock board on WebSocket is offline until woken, and only then connects."""
-    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client), "mqtt": False})
-    await hass.async_block_till_done()
-    ota = str(client.make_url("/api/xiaozhi_local/ota/"))
-    flash = tmp_path / "flash.json"
-    flash.write_text(json.dumps({"board": {"uuid": CLIENT_ID}}))
+    ota, flash = await booted_flash(hass, setup_integration, client, tmp_path, mqtt=False)
     fifo = tmp_path / "questions"
     os.mkfifo(fifo)
     proc = await run_cli(
