@@ -455,6 +455,8 @@ class MqttEndpoint:
         except (TimeoutError, codec.MqttError, ConnectionError, RuntimeError) as err:
             kind = err.kind if isinstance(err, codec.MqttError) else "no_connect"
             self.log.report(f"mqtt_{kind}", f"closed a connection from {address} before its CONNECT: {err}")
+        except Exception:  # a bug of ours must not take the listener down: the client is closed
+            _LOGGER.exception("MQTT: unexpected error with a connection from %s", address)
         finally:
             self._pending.discard(writer)
             self._pending_from[address] -= 1
