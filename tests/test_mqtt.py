@@ -70,15 +70,12 @@ async def test_ota_hands_out_mqtt_and_the_device_stays_online(
     hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory
 ) -> None:
     device = await make_mqtt()
-    assert device.ota is not None
-    answer = device.ota.answers[-1] if hasattr(device.ota, "answers") else None
     stored = device.nvs["mqtt"]
     # Every field py-xiaozhi insists on; the endpoint is built like the WebSocket URL's host.
     assert set(stored) >= {"endpoint", "client_id", "username", "password", "keepalive", "publish_topic"}
     assert stored["endpoint"] == f"127.0.0.1:{hub.mqtt.port}"  # type: ignore[union-attr]
     assert stored["password"] == TOKEN
     assert device.nvs["websocket"]["token"] == TOKEN  # the WebSocket settings are still sent
-    del answer
     xdev = hub.devices[MAC]
     await wait_settled(xdev)
     assert xdev.connection is not None
@@ -495,9 +492,12 @@ def test_timer_text_in_both_languages() -> None:
 
 
 async def test_py_xiaozhi_over_mqtt(hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
-    """py-xiaozhi's MQTT mode: it subscribes, speaks 20 ms frames and builds its headers its own way."""
+    """py-xiaozhi's MQTT mode: MQTT per conversation, a subscription, 20 ms frames, its own headers."""
     device = await make_mqtt(flavor="py-xiaozhi")
     xdev = hub.devices[MAC]
+    assert not device.online.is_set()  # it connects when a conversation starts, not at boot
+    assert xdev.connection is None
+    await device.connect()  # CONNECT, SUBSCRIBE, then hello at once
     await wait_settled(xdev)
     assert device.subscribed
     assert device.subacks == 1
@@ -506,13 +506,17 @@ async def test_py_xiaozhi_over_mqtt(hass: HomeAssistant, ready: Voice, hub: Xiao
         "number", "set_value", {"entity_id": "number.kitchen_volume", "value": 42}, blocking=True
     )
     assert device.state.volume == 42
-    await device.connect()
     device.relisten = False
     await device.say(speech_pcm())
     await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", timeout=30)
     stt = next(m for m in device.log if m["type"] == "stt")
     assert 1.0 <= float(stt["text"].split()[1]) <= 3.5
     assert loud_seconds(bytes(device.speaker_pcm), 24000) > speech_seconds(ready.agent.reply) * 0.8
+    # Its goodbye ends the MQTT session too (``_handle_goodbye``): the device is offline until asked again.
+    await device.goodbye()
+    async with asyncio.timeout(5):
+        await device.wait_offline()
+    await wait_for(xdev, lambda d: d.connection is None)
 
 
 def free_port() -> int:

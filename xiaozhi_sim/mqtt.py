@@ -16,9 +16,11 @@ What the stock firmware does when its OTA answer carries ``mqtt``:
 - after a disconnect it reconnects in 60 s, but only while idle.
 
 With ``flavor="py-xiaozhi"`` it is py-xiaozhi's MQTT mode (``src/protocols/mqtt_protocol.py``,
-``mqtt_udp.py``, ``mqtt_crypto.py``) instead: it refuses an ``mqtt`` object missing its user name,
-password or publish topic; it subscribes (QoS 1) to ``subscribe_topic`` unless that is missing or
-``"null"``; its hello announces 20 ms frames; its uplink header keeps bytes 8–11 of the nonce (no
+``mqtt_udp.py``, ``mqtt_crypto.py``) instead: it connects only when a conversation starts
+(``connect`` opens MQTT, subscribes, then says hello at once) and a ``goodbye`` either way ends the
+MQTT session too (``_handle_goodbye`` disconnects); it refuses an ``mqtt`` object missing its user
+name, password or publish topic; it subscribes (QoS 1) to ``subscribe_topic`` unless that is missing
+or ``"null"``; its hello announces 20 ms frames; its uplink header keeps bytes 8–11 of the nonce (no
 timestamp); it ignores the downlink header beyond using it as the counter block.
 
 This file has its own MQTT and UDP code, written from the clients, not the server's.
@@ -154,7 +156,8 @@ class MqttDevice(SimulatedDevice):
             self.nvs.pop("mqtt", None)  # (the firmware keeps it, but only uses it if OTA fails)
             self.use_websocket_settings()
             return answer
-        await self.start()
+        if self.options.flavor != "py-xiaozhi":  # py-xiaozhi connects when a conversation starts
+            await self.start()
         return answer
 
     @property
@@ -253,7 +256,12 @@ class MqttDevice(SimulatedDevice):
         if msg["type"] == "hello":
             self._parse_server_hello(msg)
         elif msg["type"] == "goodbye":
-            if isinstance(msg.get("session_id"), str) and msg["session_id"] == self.session_id:
+            session_id = msg.get("session_id")
+            if self.options.flavor == "py-xiaozhi":  # a missing session id counts; MQTT goes too
+                if not session_id or session_id == self.session_id:
+                    self._close_channel(send_goodbye=False)
+                    await self._disconnect()
+            elif isinstance(session_id, str) and session_id == self.session_id:
                 self._close_channel(send_goodbye=False)
             self.log.append(msg)
             self._logged.set()
@@ -356,6 +364,15 @@ class MqttDevice(SimulatedDevice):
         self._close_channel(send_goodbye=True)
         if self._writer is not None:
             await self._writer.drain()
+        if self.options.flavor == "py-xiaozhi":
+            await self._disconnect()
+
+    async def _disconnect(self) -> None:
+        """A clean MQTT DISCONNECT (py-xiaozhi's ``mqtt_client.disconnect()``)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.write(DISCONNECT)
+            writer.close()
 
     def send_datagram(self, payload: bytes, timestamp: int = 0) -> bytes:
         """``SendAudio``: the nonce with length, timestamp and sequence written in; returns it."""

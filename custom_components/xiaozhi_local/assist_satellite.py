@@ -802,8 +802,9 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
                 else:
                     await waiting.played.wait()
                     return
+        status = "通知" if self.hass.config.language.lower().startswith("zh") else "Announcement"
         await connection.async_send_json(
-            voice.alert(text or announcement.original_media_id, status="Announcement", emotion=voice.EMOTION_ANSWER)
+            voice.alert(text or announcement.original_media_id, status=status, emotion=voice.EMOTION_ANSWER)
         )
 
     async def async_start_conversation(self, start_announcement: AssistSatelliteAnnouncement) -> None:

@@ -159,17 +159,17 @@ class MqttLink(DeviceLink):
         if self.closing or self.writer.is_closing():
             raise ConnectionError("the MQTT link is closed")
         self.writer.write(data)
-        if self.writer.transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
+        drained = self.writer.transport.get_write_buffer_size() <= MAX_WRITE_BUFFER
+        if drained:
+            try:
+                async with asyncio.timeout(WRITE_TIMEOUT):
+                    await self.writer.drain()
+            except TimeoutError:
+                drained = False
+        if not drained:
             _LOGGER.info("Device %s does not read what is sent to it; dropping its MQTT link", self.device.mac)
             self.writer.transport.abort()
             raise ConnectionError("the device does not read")
-        try:
-            async with asyncio.timeout(WRITE_TIMEOUT):
-                await self.writer.drain()
-        except TimeoutError:
-            _LOGGER.info("Device %s does not read what is sent to it; dropping its MQTT link", self.device.mac)
-            self.writer.transport.abort()
-            raise ConnectionError("the device does not read") from None
 
     async def _async_send_text(self, text: str) -> None:
         await self._async_write(codec.publish(self.topic, text.encode()))
