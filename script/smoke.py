@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from typing import Any
+import wave
 
 import aiohttp
 from websockets.asyncio.client import connect as ws_connect
@@ -34,7 +35,7 @@ from websockets.asyncio.client import connect as ws_connect
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.load import Run, client_id_of, prepare, tool_calls, voice_turns  # noqa: E402
+from bench.load import SPEECH, Run, client_id_of, prepare, tool_calls  # noqa: E402
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions  # noqa: E402
 from xiaozhi_sim.mqtt import MqttDevice  # noqa: E402
 from xiaozhi_sim.ota import OtaTiming  # noqa: E402
@@ -140,8 +141,13 @@ async def smoke(ha_python: str) -> list[str]:
             check(len(latencies) == 5 and "call_errors" not in run.figures, f"call_tool over {how}")
 
         await mqtt.connect()  # the wake word: hello v3, the UDP channel
-        voice = await voice_turns(run, [mqtt], 1)
-        check(voice["turns"] == 1 and not voice["failures"] and voice["packets"] > 10, "a voice turn over UDP")
+        with wave.open(str(SPEECH)) as wav:
+            speech = wav.readframes(wav.getnframes())
+        marker, heard = len(mqtt.log), len(mqtt.audio_at)
+        await mqtt.say(speech, mode="manual", realtime=True)  # push-to-talk
+        await mqtt.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 60, after=marker)
+        check(any(m.get("type") == "stt" for m in mqtt.log[marker:]), "a voice turn over UDP is heard")
+        check(len(mqtt.audio_at) - heard > 10, "and answered with speech over UDP")
         marker = len(websocket.log)
         await websocket.type_text("what time is it")  # typed text: the satellite's own chat session
         await websocket.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 30, after=marker)

@@ -405,6 +405,13 @@ async def test_subscribe_and_qos1_are_answered(hub: XiaozhiHub) -> None:
     writer.close()
 
 
+async def until(predicate: Callable[[], bool], timeout: float = 5) -> None:
+    """Until ``predicate()`` holds (counters that have no change notification)."""
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110 - counters without change notifications
+            await asyncio.sleep(0.01)
+
+
 async def test_udp_garbage_replays_and_spoofing(
     hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
 ) -> None:
@@ -428,8 +435,7 @@ async def test_udp_garbage_replays_and_spoofing(
         refused = hub.mqtt.refused
         spoof.sendto(b"\x00" * 3)
         spoof.sendto(b"\x01" * 200)
-        await asyncio.sleep(0.1)
-        assert hub.mqtt.refused == refused + 2  # no session: dropped at the door
+        await until(lambda: hub.mqtt is not None and hub.mqtt.refused == refused + 2)  # no session: dropped
         assert not link.audio_open  # no address proved yet: no audio goes anywhere
 
         from xiaozhi_sim.voice import MicEncoder
@@ -445,15 +451,15 @@ async def test_udp_garbage_replays_and_spoofing(
         forged = bytearray(genuine)
         forged[12:16] = (10_000).to_bytes(4)
         spoof.sendto(bytes(forged))
-        await asyncio.sleep(0.1)
-        assert link.audio_frames == frames
+        # The device goes on: its next genuine packet is taken. Sent after the two above on
+        # loopback, it is handled after them: once it counts, they were refused.
+        device.send_datagram(packets[1])
+        await until(lambda: link.audio_frames == frames + 1)
         assert link.peer == peer
         assert received == []
-        # The device goes on: the next genuine packets are taken.
-        device.send_datagram(packets[1])
         device.send_datagram(packets[2])
-        await asyncio.sleep(0.1)
-        assert link.audio_frames == frames + 2
+        await until(lambda: link.audio_frames == frames + 2)
+        assert link.peer == peer
     finally:
         spoof.close()
 

@@ -403,3 +403,40 @@ async def test_downlink_fits_the_decode_queue_of_both_generations(
         assert sim.queue_dropped == 0
     finally:
         await sim.drop()
+
+
+async def test_push_to_talk_burst_is_heard_whole(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    """A client that sends its recording as fast as it can and ``listen stop`` right after: the audio
+    still being decoded when the stop arrives belongs to the utterance."""
+    from xiaozhi_sim.voice import MicEncoder, frame
+
+    device.relisten = False
+    pcm = speech_pcm()
+    await device.send_json({"type": "listen", "state": "start", "mode": "manual"})
+    for packet in MicEncoder().packets(pcm):
+        await device.send_raw(frame(1, packet))
+    await device.send_json({"type": "listen", "state": "stop"})
+    await tts_stops(device)
+    heard = float(next(m for m in device.log if m["type"] == "stt")["text"].split()[1])
+    assert heard == pytest.approx(loud_seconds(pcm), abs=0.15)
+
+
+async def test_a_microphone_that_stops_sending_ends_the_utterance(
+    hass: HomeAssistant, ready: Voice, device: SimulatedDevice
+) -> None:
+    """Auto mode, speech, then no packets at all (not even silence, so HA's VAD never ends it): the
+    utterance ends after the audio gap timeout and is answered."""
+    from pytest_homeassistant_custom_component.common import async_fire_time_changed
+
+    from custom_components.xiaozhi_local.const import AUDIO_GAP_TIMEOUT
+
+    device.relisten = False
+    pcm = speech_pcm()
+    block = 320  # 10 ms
+    last_loud = max(i for i in range(0, len(pcm) - block, block) if loud_seconds(pcm[i : i + block + 2]) > 0)
+    await device.say(pcm[: last_loud + block], silence_after=0)  # ends on speech
+    await asyncio.sleep(0.3)  # the last packets decoded and in the pipeline
+    assert not any(m["type"] == "stt" for m in device.log)  # still listening
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=AUDIO_GAP_TIMEOUT + 0.5))
+    await tts_stops(device)
+    assert float(next(m for m in device.log if m["type"] == "stt")["text"].split()[1]) >= 1.0

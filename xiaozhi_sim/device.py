@@ -45,7 +45,7 @@ from .tools import (
     rename_for_sdk,
     system_info,
 )
-from .voice import UPLINK_RATE, MicEncoder, SpeakerDecoder, decode_ogg_opus, frame, unframe
+from .voice import UPLINK_RATE, SpeakerDecoder, decode_ogg_opus, frame, mic_packets, unframe
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -85,6 +85,9 @@ class SimulatorOptions:
     """Uplink Opus frame duration; None: the flavor's own (60 ms firmware/browser, 20 ms py-xiaozhi)."""
     serial_number: str | None = None
     """A factory serial number in eFuse: the OTA check is activation version 2 (``Serial-Number``)."""
+    decode_speaker: bool = True
+    """Decode what the speaker plays into ``speaker_pcm``. A bench that only stamps the packets'
+    arrival turns it off (100 devices decoding would load the process that measures)."""
     nvs_path: str | None = None
     """A file that plays the device's flash: its ``Client-Id`` (NVS ``board/uuid``, made once and
     kept across boots, as the firmware does) and what OTA answers stored. None: kept in memory."""
@@ -398,7 +401,8 @@ class SimulatedDevice:
         if state == "start":
             self.device_state = "speaking"
             rate = ((self.server_hello or {}).get("audio_params") or {}).get("sample_rate", 24000)
-            self._speaker = SpeakerDecoder(int(rate))  # the decoder queue is reset on entering speaking
+            # the decoder queue is reset on entering speaking
+            self._speaker = SpeakerDecoder(int(rate)) if self.options.decode_speaker else None
             self._playing_since, self._queued = None, 0
         elif state == "stop" and self.device_state == "speaking":
             if self.listening_mode == "manual":
@@ -481,15 +485,18 @@ class SimulatedDevice:
             await self.send_json({"session_id": self.session_id, "type": "listen", "state": "start", "mode": mode})
         self.device_state = "listening"
         marker = len(self.log)
-        encoder = MicEncoder(self.frame_ms)
         silence = bytes(int(UPLINK_RATE * 2 * silence_after)) if mode != "manual" else b""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         try:
-            for packet in encoder.packets(pcm + silence):
+            for index, packet in enumerate(mic_packets(pcm + silence, self.frame_ms)):
                 if any(m.get("type") in ("stt", "tts") for m in self.log[marker:]) or self.closed.is_set():
                     break  # the server ended the turn (or the conversation)
                 await self.send_raw(frame(self.options.protocol_version, packet))
-                # faster than real time unless asked, but never a flood
-                await asyncio.sleep(self.frame_ms / 1000 if realtime else 0.002)
+                if realtime:  # on the microphone's clock: a late wake-up does not delay what follows
+                    await asyncio.sleep(max(0.0, began + (index + 1) * self.frame_ms / 1000 - loop.time()))
+                else:  # faster than real time, but never a flood
+                    await asyncio.sleep(0.002)
             if mode == "manual":
                 await self.send_json({"session_id": self.session_id, "type": "listen", "state": "stop"})
                 self.device_state = "idle"

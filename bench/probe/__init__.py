@@ -8,8 +8,12 @@ makes them the preferred pipeline's engines; the probe then also serves their ti
 """
 
 import asyncio
+from collections import Counter
 import os
 from pathlib import Path
+import sys
+import threading
+import time
 from typing import Any
 
 from aiohttp import web
@@ -45,6 +49,42 @@ class Lag:
                 del self.samples[:100_000]
 
 
+class Profile:
+    """``BENCH_PROFILE=1``: where HA's event-loop thread spends its time, sampled every 2 ms.
+
+    Each sample counts once for every distinct function on the stack (inclusive time), named
+    ``package/module.py:function``: what share of the samples was inside the Opus decoder, the
+    VAD, a WebSocket write. A thread of its own, so it sees what the loop is doing while busy.
+    """
+
+    def __init__(self, thread_id: int) -> None:
+        self.thread_id = thread_id
+        self.samples = 0
+        self.counts: Counter[str] = Counter()
+
+    def run(self) -> None:
+        while True:
+            time.sleep(0.002)
+            frame = sys._current_frames().get(self.thread_id)  # a profiler
+            seen: set[str] = set()
+            while frame is not None:
+                path = frame.f_code.co_filename
+                seen.add(f"{'/'.join(Path(path).parts[-2:])}:{frame.f_code.co_name}")
+                frame = frame.f_back
+            self.samples += 1
+            self.counts.update(seen)
+
+    def top(self, count: int = 60) -> dict[str, float]:
+        """Share (%) of the samples since the last reset, per function, largest first."""
+        if not self.samples:
+            return {}
+        return {name: n * 100 / self.samples for name, n in self.counts.most_common(count)}
+
+    def reset(self) -> None:
+        self.samples = 0
+        self.counts.clear()
+
+
 def _pct(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -63,6 +103,25 @@ def _process() -> tuple[int, int]:
     return _rss_kb(), len(os.listdir("/proc/self/fd"))
 
 
+def threads_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) per thread name."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]  # the kernel keeps 15 characters of it
+        if task.name == str(os.getpid()):
+            name = "event loop"  # the main thread
+        elif name.startswith("xiaozhi_local"):
+            name = "xiaozhi_local codec"
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 class ProbeView(HomeAssistantView):
     """``GET /api/bench_probe[?reset=1]``."""
 
@@ -70,16 +129,20 @@ class ProbeView(HomeAssistantView):
     name = "api:bench_probe"
     requires_auth = False
 
-    def __init__(self, lag: Lag) -> None:
+    def __init__(self, lag: Lag, profile: Profile | None) -> None:
         self.lag = lag
+        self.profile = profile
 
     async def get(self, request: web.Request) -> web.Response:
         hass = request.app[KEY_HASS]
         samples = self.lag.samples
         rss_kb, fds = await hass.async_add_executor_job(_process)
+        per_thread = await hass.async_add_executor_job(threads_cpu)
         data: dict[str, Any] = {
             "rss_kb": rss_kb,
             "tasks": len(asyncio.all_tasks()),
+            "cpu_s": sum(os.times()[:2]),  # user + system, all of HA's threads
+            "threads_cpu_s": per_thread,
             "fds": fds,
             "lag_ms": {
                 "count": len(samples),
@@ -102,8 +165,12 @@ class ProbeView(HomeAssistantView):
                 1 for e in registered if (state := hass.states.get(e.entity_id)) and state.state != "unavailable"
             )
         data["voice"] = voice_log(hass).as_list()
+        if self.profile is not None:
+            data["profile"] = self.profile.top()
         if request.query.get("reset"):
             samples.clear()
+            if self.profile is not None:
+                self.profile.reset()
         return web.json_response(data)
 
 
@@ -111,7 +178,11 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     """Start sampling, serve the view, write a token."""
     lag = Lag()
     hass.async_create_background_task(lag.run(), "bench_probe lag")
-    hass.http.register_view(ProbeView(lag))
+    profile = None
+    if os.environ.get("BENCH_PROFILE"):
+        profile = Profile(threading.get_ident())
+        threading.Thread(target=profile.run, name="bench_probe profile", daemon=True).start()
+    hass.http.register_view(ProbeView(lag, profile))
     user = await hass.auth.async_create_system_user("bench", group_ids=[GROUP_ID_ADMIN])
     refresh = await hass.auth.async_create_refresh_token(user)
     token = hass.auth.async_create_access_token(refresh)

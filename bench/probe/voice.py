@@ -31,6 +31,7 @@ class Turn:
     """One voice turn as the providers saw it (monotonic seconds)."""
 
     stt_end: float
+    audio_s: float = 0.0  # seconds of audio the STT got: with its end, how far behind HA's pipeline runs
     mac: str = ""
     agent_at: float = 0.0
     tts_at: float = 0.0
@@ -93,9 +94,10 @@ class BenchSTT(stt.SpeechToTextEntity):
     async def async_process_audio_stream(
         self, metadata: stt.SpeechMetadata, stream: AsyncIterable[bytes]
     ) -> stt.SpeechResult:
-        async for _chunk in stream:
-            pass
-        self.log.turns.append(Turn(stt_end=time.monotonic()))
+        size = 0
+        async for chunk in stream:
+            size += len(chunk)
+        self.log.turns.append(Turn(stt_end=time.monotonic(), audio_s=size / 2 / 16000))
         return stt.SpeechResult(f"turn {len(self.log.turns) - 1}", stt.SpeechResultState.SUCCESS)
 
 

@@ -15,6 +15,7 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 import inspect
 import logging
 from typing import Any, Final
@@ -55,10 +56,10 @@ from .device import XiaozhiDevice, translated_error
 from .entity import XiaozhiEntity, async_setup_device_entities
 from .hub import XiaozhiConfigEntry
 from .link import DeviceLink
-from .media import ffmpeg_pcm, full_url, tts_pcm
+from .media import audio_executor, ffmpeg_pcm, full_url, tts_pcm
 from .notify import PcmSource
 from .protocol import voice
-from .protocol.audio import AudioError, OpusDecoder, OpusEncoder, Pacer, split_sentences
+from .protocol.audio import AudioError, Decoded, OpusEncoder, Pacer, ThreadedDecoder, split_sentences
 from .protocol.messages import DOWNLINK_SAMPLE_RATE, ControlMessage
 from .protocol.voice import VoiceError, is_wake_phrase, parse_listen, speech_seconds
 from .repairs import async_pipeline_incomplete, async_pipeline_served
@@ -119,7 +120,7 @@ class _Turn:
 
     mode: str
     queue: asyncio.Queue[bytes | None]
-    decoder: OpusDecoder
+    decoder: ThreadedDecoder | None = None  # set right after: it delivers to this turn
     ended: bool = False
     heard_speech: bool = False
     cancel_silence: CALLBACK_TYPE | None = None
@@ -284,7 +285,9 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             if run is None or run.connection is not connection or run.turn is None:
                 connection.log.report("stop_without_start", "listen stop without a listen start")
                 return
-            run.turn.end_audio()
+            turn = run.turn
+            assert turn.decoder is not None
+            turn.decoder.when_drained(turn.end_audio)  # the audio sent before the stop still counts
         elif is_wake_phrase(listen.text):
             self._wake_phrase = listen.text
         else:
@@ -309,18 +312,28 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         self._feed(connection, turn, packet)
 
     def _feed(self, connection: DeviceLink, turn: _Turn, packet: bytes) -> None:
-        try:
-            pcm = turn.decoder.decode(packet)
-        except AudioError as err:
-            connection.log.report("bad_opus", str(err))
-            return
-        self._watch_gap(turn)
-        if not pcm:
-            return
-        try:
-            turn.queue.put_nowait(pcm)
-        except asyncio.QueueFull:
-            connection.log.report("audio_queue_full", "the pipeline is not keeping up; dropped audio")
+        """Hand ``packet`` to the turn's decoder (a worker thread); ``_decoded`` gets its PCM."""
+        assert turn.decoder is not None
+        if not turn.decoder.feed(packet):
+            connection.log.report("audio_queue_full", "the decoder is not keeping up; dropped audio")
+
+    @callback
+    def _decoded(self, connection: DeviceLink, turn: _Turn, results: list[Decoded]) -> None:
+        """Decoded uplink, in order: into the pipeline's queue unless the turn has ended meanwhile."""
+        good = False
+        for result in results:
+            if isinstance(result, AudioError):
+                connection.log.report("bad_opus", str(result))
+                continue
+            good = True
+            if not result or turn.ended:
+                continue
+            try:
+                turn.queue.put_nowait(result)
+            except asyncio.QueueFull:
+                connection.log.report("audio_queue_full", "the pipeline is not keeping up; dropped audio")
+        if good:
+            self._watch_gap(turn)
 
     def on_disconnect(self, connection: DeviceLink) -> None:
         """The connection ended: its run ends at once, and nothing of it reaches another connection."""
@@ -393,7 +406,8 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         if (custom_wake_word := self._cancel_deferred_detect()) is not None:
             self._wake_phrase = custom_wake_word
         connection.listen_mode = mode
-        turn = _Turn(mode, asyncio.Queue(MAX_QUEUED_CHUNKS), OpusDecoder())
+        turn = _Turn(mode, asyncio.Queue(MAX_QUEUED_CHUNKS))
+        turn.decoder = ThreadedDecoder(partial(self._decoded, connection, turn), audio_executor(self.hass))
         run = _Run(connection, turn)
         previous = self._begin(run)  # a new listen start ends what runs (barge-in, a new question)
         wake_phrase, self._wake_phrase = self._wake_phrase, None
@@ -469,7 +483,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
     @callback
     def _watch_gap(self, turn: _Turn) -> None:
         """Auto and realtime: a microphone that stops sending ends the utterance after a while."""
-        if turn.mode == "manual":
+        if turn.mode == "manual" or turn.ended:
             return
         if turn.cancel_gap is not None:
             turn.cancel_gap()
@@ -692,7 +706,11 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
                 return await connection.async_send_audio(packet, offset_ms)
 
             pacer = Pacer(
-                OpusEncoder(DOWNLINK_SAMPLE_RATE), send, lead=TTS_LEAD, not_before=loop.time() + FIRST_FRAME_GAP
+                OpusEncoder(DOWNLINK_SAMPLE_RATE),
+                send,
+                lead=TTS_LEAD,
+                not_before=loop.time() + FIRST_FRAME_GAP,
+                executor=audio_executor(self.hass),
             )
             async for pcm in source:
                 await pacer.feed(pcm)

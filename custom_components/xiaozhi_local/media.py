@@ -6,16 +6,26 @@ turns what Home Assistant has (a TTS stream, a media URL) into PCM for them.
 
 import asyncio
 from collections.abc import AsyncIterator
+from concurrent.futures import Executor, ThreadPoolExecutor
 import contextlib
+from typing import Final
 
 from homeassistant.components import tts
 from homeassistant.components.ffmpeg import get_ffmpeg_manager
-from homeassistant.core import HomeAssistant
+from homeassistant.const import EVENT_HOMEASSISTANT_CLOSE
+from homeassistant.core import Event, HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers.network import NoURLAvailableError, get_url
+from homeassistant.util.hass_dict import HassKey
 
+from .const import DOMAIN
 from .protocol.audio import Resampler, WavStream
 from .protocol.messages import DOWNLINK_SAMPLE_RATE
+
+OFF_LOOP_BYTES: Final = 8192
+"""Pieces from this size on are resampled on the executor (about 0.2 s of audio), smaller ones inline."""
+SLICE_SECONDS: Final = 0.5
+DATA_AUDIO_EXECUTOR: HassKey[Executor] = HassKey(f"{DOMAIN}_audio_executor")
 
 
 async def tts_pcm(hass: HomeAssistant, token: str) -> AsyncIterator[bytes]:
@@ -28,25 +38,58 @@ async def tts_pcm(hass: HomeAssistant, token: str) -> AsyncIterator[bytes]:
     stream = tts.async_get_stream(hass, token)
     if stream is None:
         raise HomeAssistantError(f"TTS stream {token} not found")
-    async for pcm in wav_pcm(stream.async_stream_result()):
+    async for pcm in wav_pcm(stream.async_stream_result(), audio_executor(hass)):
         yield pcm
 
 
-async def wav_pcm(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """A WAV byte stream → s16 mono PCM at the downlink rate (resampled only when needed)."""
+async def wav_pcm(chunks: AsyncIterator[bytes], executor: Executor | None = None) -> AsyncIterator[bytes]:
+    """A WAV byte stream → s16 mono PCM at the downlink rate (resampled only when needed).
+
+    What needs resampling goes in half-second slices, on ``executor`` (None: the loop's default):
+    an engine may hand over a whole reply at once, and its first words need not wait for the rest.
+    """
     wav = WavStream()
     resampler: Resampler | None = None
+    loop = asyncio.get_running_loop()
     async for chunk in chunks:
         pcm = wav.feed(chunk)
         if not pcm:
             continue
         fmt = wav.format
         assert fmt is not None
-        if fmt.sample_rate != DOWNLINK_SAMPLE_RATE or not fmt.is_s16_mono:
-            if resampler is None:
-                resampler = Resampler(fmt.sample_rate, fmt.channels, DOWNLINK_SAMPLE_RATE, fmt.av_format)
-            pcm = resampler.convert(pcm)
-        yield pcm
+        if fmt.sample_rate == DOWNLINK_SAMPLE_RATE and fmt.is_s16_mono:
+            yield pcm
+            continue
+        if resampler is None:
+            resampler = Resampler(fmt.sample_rate, fmt.channels, DOWNLINK_SAMPLE_RATE, fmt.av_format)
+        frame = fmt.channels * (4 if fmt.sample_width == 3 else fmt.sample_width)  # 24-bit comes as 32
+        step = int(fmt.sample_rate * SLICE_SECONDS) * frame
+        for offset in range(0, len(pcm), step):
+            piece = pcm[offset : offset + step]
+            if len(piece) >= OFF_LOOP_BYTES:
+                yield await loop.run_in_executor(executor, resampler.convert, piece)
+            else:
+                yield resampler.convert(piece)
+
+
+def audio_executor(hass: HomeAssistant) -> Executor:
+    """The integration's one codec thread: Opus both ways and resampling, for every device.
+
+    Not Home Assistant's shared executor: that one grows to dozens of threads under many
+    concurrent turns, and their contention for the GIL stalls the event loop. One thread beside
+    the loop is what a small machine has room for (one core decodes and encodes well over 100
+    streams). Shut down when Home Assistant closes.
+    """
+    if (executor := hass.data.get(DATA_AUDIO_EXECUTOR)) is not None:
+        return executor
+    executor = hass.data[DATA_AUDIO_EXECUTOR] = ThreadPoolExecutor(1, thread_name_prefix="xiaozhi_local_audio")
+
+    async def shutdown(_event: Event) -> None:
+        hass.data.pop(DATA_AUDIO_EXECUTOR, None)
+        await hass.async_add_executor_job(executor.shutdown)
+
+    hass.bus.async_listen_once(EVENT_HOMEASSISTANT_CLOSE, shutdown)
+    return executor
 
 
 def full_url(hass: HomeAssistant, media: str) -> str:

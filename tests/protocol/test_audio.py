@@ -13,6 +13,7 @@ from custom_components.xiaozhi_local.protocol.audio import (
     OpusEncoder,
     Pacer,
     Resampler,
+    ThreadedDecoder,
     WavStream,
     pack_frame,
     split_sentences,
@@ -44,6 +45,50 @@ def test_decoder_takes_24k_packets_and_refuses_garbage() -> None:
     assert len(pcm) // 2 in range(900, 961)  # 60 ms at 16 kHz (first packet has the pre-skip)
     with pytest.raises(AudioError):
         OpusDecoder().decode(b"\xff" * 40)
+
+
+async def test_threaded_decoder_keeps_order_batches_and_reports_every_packet() -> None:
+    """Packets arriving while a batch decodes form the next batch; results come back in order, bad
+    packets as errors in their place; ``when_drained`` waits for everything fed before it."""
+    packets = OpusEncoder(16000).encode(tone(1.2, 16000))
+    expected = OpusDecoder()
+    want = [expected.decode(p) for p in packets[:10]]
+    batches: list[list[bytes | AudioError]] = []
+    decoder = ThreadedDecoder(batches.append)
+    drained = asyncio.Event()
+    for index, packet in enumerate(packets[:10]):
+        decoder.feed(packet)
+        if index == 4:
+            decoder.feed(b"\xff" * 40)  # undecodable, in the middle
+    assert decoder.pending > 0
+    decoder.when_drained(drained.set)
+    assert not drained.is_set()  # nothing delivered yet: the worker has them
+    await asyncio.wait_for(drained.wait(), 10)
+    assert decoder.pending == 0
+    assert len(batches) >= 2  # the first packet alone, the rest together
+    results = [r for batch in batches for r in batch]
+    assert len(results) == 11
+    assert isinstance(results[5], AudioError)
+    assert [r for r in results if not isinstance(r, AudioError)] == want  # one decoder state, in order
+    called: list[int] = []
+    decoder.when_drained(lambda: called.append(1))  # idle: at once
+    assert called == [1]
+
+
+async def test_threaded_decoder_backlog_is_bounded() -> None:
+    """A decoder thread that does not keep up (here: not running yet) holds at most its backlog."""
+    from custom_components.xiaozhi_local.protocol.audio import MAX_DECODE_BACKLOG
+
+    delivered: list[int] = []
+    decoder = ThreadedDecoder(lambda results: delivered.append(len(results)))
+    packet = OpusEncoder(16000).encode(tone(0.06, 16000))[0]
+    taken = [decoder.feed(packet) for _ in range(MAX_DECODE_BACKLOG + 10)]
+    # the first goes to the thread at once; the next MAX_DECODE_BACKLOG wait; the rest are refused
+    assert taken.count(False) == 9
+    drained = asyncio.Event()
+    decoder.when_drained(drained.set)
+    await asyncio.wait_for(drained.wait(), 10)
+    assert sum(delivered) == MAX_DECODE_BACKLOG + 1
 
 
 def test_encoder_buffers_partial_frames() -> None:
@@ -213,4 +258,36 @@ async def test_pacer_stops_when_the_device_is_gone() -> None:
 
     pacer = Pacer(OpusEncoder(24000), gone, lead=100, not_before=0)
     with pytest.raises(ConnectionError):
-        await pacer.feed(tone(0.1, 24000))
+        await pacer.feed(tone(0.5, 24000))  # more than the lead: sending starts
+
+
+async def test_pacer_starts_only_when_the_lead_is_there() -> None:
+    """A source that trickles in (ffmpeg converting an MP3 reply) does not start the speaker with one
+    packet and leave it waiting: the first packet waits until the lead (0.3 s: 5 packets) is encoded,
+    or the audio ends."""
+    sent: list[int] = []
+
+    async def send(packet: bytes, offset_ms: int) -> bool:
+        sent.append(offset_ms)
+        return True
+
+    loop = asyncio.get_running_loop()
+    pacer = Pacer(OpusEncoder(24000), send, lead=0.3, not_before=loop.time() - 1)
+    for _ in range(4):
+        await pacer.feed(tone(0.06, 24000))  # one packet at a time
+    assert sent == []
+    assert pacer.start is None
+    await pacer.feed(tone(0.06, 24000))
+    assert sent == [0, 60, 120, 180, 240]  # the lead is there: all at once
+
+    short: list[int] = []
+
+    async def send_short(packet: bytes, offset_ms: int) -> bool:
+        short.append(offset_ms)
+        return True
+
+    pacer = Pacer(OpusEncoder(24000), send_short, lead=0.3, not_before=loop.time() - 1)
+    await pacer.feed(tone(0.12, 24000))
+    assert short == []
+    await pacer.finish()  # a reply shorter than the lead still plays, whole
+    assert short[:2] == [0, 60]

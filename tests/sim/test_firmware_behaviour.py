@@ -223,3 +223,19 @@ def test_the_decode_queue_of_each_generation() -> None:
             device._on_audio(b"\xf8\xff\xfe")  # a burst, all at once
         assert device.decode_queue == limit
         assert device.queue_dropped == max(0, 30 - limit)
+
+
+async def test_a_bench_device_stamps_what_it_hears_without_decoding() -> None:
+    """``decode_speaker=False`` (the bench's receiver): arrivals counted and stamped, nothing decoded;
+    the default decodes, as the firmware plays."""
+    from xiaozhi_sim.voice import mic_packets
+
+    packets = mic_packets(bytes(1920 * 3))
+    assert mic_packets(bytes(1920 * 3)) is packets  # one clip, one encoding, however many devices say it
+    for decode, heard in ((True, True), (False, False)):
+        sim = SimulatedDevice(SimulatorOptions(url="", decode_speaker=decode))
+        await sim._on_tts({"type": "tts", "state": "start"})
+        for packet in packets:
+            sim._on_audio(packet)
+        assert len(sim.audio_at) == len(packets)
+        assert bool(sim.speaker_pcm) is heard

@@ -2,11 +2,14 @@
 
 Uplink: one raw Opus packet per binary frame (16 kHz mono, 60 ms on stock firmware) → 16 kHz s16
 mono PCM for HA's speech-to-text. Downlink: PCM at the rate of the server hello → 60 ms Opus
-packets. Nothing here blocks for long: one packet costs well under a millisecond.
+packets. One packet costs well under a millisecond, but a hub serves many devices at once: the
+codec work runs on an executor the caller gives (PyAV releases the GIL inside libopus), in batches
+and in order, so the event loop only hands packets over (``ThreadedDecoder``, ``Pacer``).
 """
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 import contextlib
 from dataclasses import dataclass
 from fractions import Fraction
@@ -71,7 +74,8 @@ class OpusDecoder:
 
     def __init__(self) -> None:
         self._decoder = av.CodecContext.create("libopus", "r")
-        self._decoder.sample_rate = 48000
+        self._decoder.sample_rate = 48000  # libopus in FFmpeg always decodes at 48 kHz
+        self._decoder.layout = "mono"  # a stereo packet is downmixed by libopus; a third less work than stereo
         self._resampler = av.AudioResampler(format="s16", layout="mono", rate=PCM_RATE)
 
     def decode(self, packet: bytes) -> bytes:
@@ -83,6 +87,86 @@ class OpusDecoder:
             )
         except (av.error.FFmpegError, ValueError) as err:
             raise AudioError(f"undecodable Opus packet of {len(packet)} bytes: {err}") from None
+
+
+MAX_DECODE_BACKLOG: Final = 200
+"""Packets waiting for the decoder thread (12 s at 60 ms): beyond it, the thread is stuck, and audio is dropped."""
+
+type Decoded = bytes | AudioError
+"""One packet's PCM, or why it could not be decoded."""
+
+
+class ThreadedDecoder:
+    """Opus packets decoded in arrival order on a worker thread; the event loop only hands them over.
+
+    Packets that arrive while a batch is being decoded form the next batch, so a busy hub makes
+    fewer, larger hand-overs. ``deliver`` runs on the loop with each batch's results in order. A
+    batch once handed over is always delivered (nothing cancels it): a caller that has moved on
+    still hears of bad packets, and decides itself what to do with the PCM.
+    """
+
+    def __init__(self, deliver: Callable[[list[Decoded]], None], executor: Executor | None = None) -> None:
+        self._decoder = OpusDecoder()
+        self._deliver = deliver
+        self._executor = executor  # None: the loop's default
+        self._loop = asyncio.get_running_loop()
+        self._waiting: list[bytes] = []
+        self._busy = False
+        self._drained: list[Callable[[], None]] = []
+
+    @property
+    def pending(self) -> int:
+        """Packets fed but not delivered yet (waiting, or in the batch being decoded)."""
+        return len(self._waiting) + (1 if self._busy else 0)
+
+    def feed(self, packet: bytes) -> bool:
+        """Decode ``packet`` after every packet fed before it; False (dropped) when the backlog is full."""
+        if len(self._waiting) >= MAX_DECODE_BACKLOG:
+            return False
+        self._waiting.append(packet)
+        if not self._busy:
+            self._next()
+        return True
+
+    def when_drained(self, done: Callable[[], None]) -> None:
+        """``done()`` once every packet fed so far is delivered (at once when none is pending)."""
+        if self._busy:
+            self._drained.append(done)
+        else:
+            done()
+
+    def _next(self) -> None:
+        batch, self._waiting = self._waiting, []
+        try:
+            future = self._loop.run_in_executor(self._executor, self._decode_all, batch)
+        except RuntimeError:  # the executor is shut down: the loop is stopping, nobody listens
+            self._finish_drain()
+            return
+        self._busy = True
+        future.add_done_callback(self._decoded)
+
+    def _decode_all(self, batch: list[bytes]) -> list[Decoded]:  # on the worker thread
+        results: list[Decoded] = []
+        for packet in batch:
+            try:
+                results.append(self._decoder.decode(packet))
+            except AudioError as err:
+                results.append(err)
+        return results
+
+    def _decoded(self, future: asyncio.Future[list[Decoded]]) -> None:
+        self._busy = False
+        results = [] if future.cancelled() else future.result()
+        if self._waiting:
+            self._next()
+        self._deliver(results)
+        if not self._busy:
+            self._finish_drain()
+
+    def _finish_drain(self) -> None:
+        drained, self._drained = self._drained, []
+        for done in drained:
+            done()
 
 
 class OpusEncoder:
@@ -101,6 +185,11 @@ class OpusEncoder:
         self.frame_bytes = sample_rate * OPUS_FRAME_MS // 1000 * 2
         self._buffer = bytearray()
         self._pts = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of PCM waiting for a whole frame."""
+        return len(self._buffer)
 
     def encode(self, pcm: bytes) -> list[bytes]:
         """Packets for every complete 60 ms of PCM given so far."""
@@ -360,32 +449,71 @@ type SendPacket = Callable[[bytes, int], Awaitable[bool]]
 class Pacer:
     """PCM → 60 ms Opus packets sent at real time plus ``lead`` seconds (the device's queue is small).
 
-    The first packet goes out as soon as 60 ms of audio exist, but not before ``not_before``
-    (loop time): the device resets its queue when it enters speaking after ``tts start``.
-    ``start`` is when the first packet went out; ``sent`` the seconds of audio sent since.
+    The first packet goes out once ``lead`` seconds of audio (at most ``SLICE_PACKETS`` packets)
+    are encoded, or the audio has ended, but not before ``not_before`` (loop time): the device
+    resets its queue when it enters speaking after ``tts start``. Holding the start until the lead
+    exists is what keeps a source that trickles in (HA's ffmpeg converting an MP3 engine's reply)
+    from starting the speaker and then leaving it waiting. ``start`` is when the first packet went
+    out; ``sent`` the seconds of audio sent since.
+
+    Audio is encoded a slice (``SLICE_PACKETS`` packets) at a time, on ``executor`` (None: the
+    loop's default), just ahead of sending: a reply that comes as one long chunk does not wait
+    for all of it to be encoded before its first packet, and many replies starting at once share
+    the encoder's time packet by packet instead of reply by reply.
     """
 
-    def __init__(self, encoder: OpusEncoder, send: SendPacket, *, lead: float, not_before: float) -> None:
+    SLICE_PACKETS: Final = 5
+
+    def __init__(
+        self,
+        encoder: OpusEncoder,
+        send: SendPacket,
+        *,
+        lead: float,
+        not_before: float,
+        executor: Executor | None = None,
+    ) -> None:
         self._encoder = encoder
         self._send = send
         self._lead = lead
         self._not_before = not_before
+        self._executor = executor
         self._loop = asyncio.get_running_loop()
+        self._prebuffer = max(1, min(self.SLICE_PACKETS, round(lead * 1000 / OPUS_FRAME_MS)))
+        self._held: list[bytes] = []  # encoded before the start: sent once there are enough
         self.start: float | None = None
         self.sent = 0.0
         self.late: list[float] = []  # how late each packet left, for the benchmark (seconds, ≥ 0)
 
     async def feed(self, pcm: bytes) -> None:
         """Encode and send what ``pcm`` completes."""
-        for packet in self._encoder.encode(pcm):
-            await self._send_packet(packet)
+        step = self._encoder.frame_bytes * self.SLICE_PACKETS
+        for offset in range(0, len(pcm), step):
+            piece = pcm[offset : offset + step]
+            if self._encoder.buffered + len(piece) < self._encoder.frame_bytes:
+                self._encoder.encode(piece)  # not a whole packet yet: only buffered
+                continue
+            for packet in await self._loop.run_in_executor(self._executor, self._encoder.encode, piece):
+                await self._put(packet)
 
     async def finish(self) -> None:
         """Send the rest (zero-padded) and wait until the device has played everything."""
-        for packet in self._encoder.flush():
+        for packet in await self._loop.run_in_executor(self._executor, self._encoder.flush):
+            await self._put(packet)
+        held, self._held = self._held, []
+        for packet in held:  # a reply shorter than the lead
             await self._send_packet(packet)
         if self.start is not None:
             await asyncio.sleep(max(0.0, self.start + self.sent - self._loop.time()))
+
+    async def _put(self, packet: bytes) -> None:
+        if self.start is None and len(self._held) + 1 < self._prebuffer:
+            self._held.append(packet)
+            return
+        held, self._held = self._held, []
+        for earlier in held:
+            await self._send_packet(earlier)
+        await self._send_packet(packet)
 
     async def _send_packet(self, packet: bytes) -> None:
         now = self._loop.time()
