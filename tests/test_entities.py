@@ -15,7 +15,7 @@ from syrupy.assertion import SnapshotAssertion
 from custom_components.xiaozhi_local.const import DOMAIN, EVENT_NOTIFICATION, PING_INTERVAL
 from xiaozhi_sim import SimulatedDevice, ToolError
 
-from .conftest import MAC, DeviceFactory, wait_for, wait_settled
+from .conftest import CLIENT_ID2, MAC, MAC2, TOKEN2, DeviceFactory, wait_for, wait_settled
 from .helpers import EventWaiter
 
 
@@ -219,6 +219,25 @@ async def test_status_is_read_on_an_interval_while_connected(hass: HomeAssistant
     await wait_for(xdev, lambda d: d.queries["self.get_device_status"]["battery"]["level"] == 42)
     await hass.async_block_till_done()
     assert state_of(hass, "sensor:battery") == "42"
+
+
+async def test_status_reads_are_spread_over_the_interval(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+    """Many devices are not all asked in the same moment: one after another, within the interval."""
+    from custom_components.xiaozhi_local.const import REFRESH_SPREAD
+
+    first = await connected(hass, make_device)
+    second = await make_device(mac=MAC2, token=TOKEN2, client_id=CLIENT_ID2)
+    await wait_settled(hub_device(hass, MAC2))
+    first.state.battery_level = second.state.battery_level = 42
+    level = lambda mac: hub_device(hass, mac).queries["self.get_device_status"]["battery"]["level"]  # noqa: E731
+    now = dt_util.utcnow()
+    for sweep in (1, 2):  # the second sweep reads the status
+        async_fire_time_changed(hass, now + PING_INTERVAL * sweep)
+    await wait_for(hub_device(hass, MAC), lambda _d: level(MAC) == 42)
+    await hass.async_block_till_done()
+    assert level(MAC2) != 42  # its turn comes later
+    async_fire_time_changed(hass, now + PING_INTERVAL * 2 + PING_INTERVAL * REFRESH_SPREAD / 2)
+    await wait_for(hub_device(hass, MAC2), lambda _d: level(MAC2) == 42)
 
 
 # -- light, buttons, IR -----------------------------------------------------------------------

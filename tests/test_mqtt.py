@@ -447,7 +447,8 @@ async def test_udp_garbage_replays_and_spoofing(
         peer = link.peer
         # The same datagram again, from another address: a replay, refused.
         spoof.sendto(genuine)
-        # The session's header with a forged payload (no key): refused, the address is not moved.
+        # The session's header, a sequence far ahead and a payload nobody encrypted: refused (however
+        # it decrypts), the address is not moved, and the device's next sequence numbers still count.
         forged = bytearray(genuine)
         forged[12:16] = (10_000).to_bytes(4)
         spoof.sendto(bytes(forged))

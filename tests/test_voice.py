@@ -440,3 +440,15 @@ async def test_a_microphone_that_stops_sending_ends_the_utterance(
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=AUDIO_GAP_TIMEOUT + 0.5))
     await tts_stops(device)
     assert float(next(m for m in device.log if m["type"] == "stt")["text"].split()[1]) >= 1.0
+
+
+async def test_push_to_talk_is_not_cut_at_a_pause(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
+    """Push-to-talk ends when the button is released (``listen stop``), not at a pause in the speech:
+    HA's VAD would end the utterance after the "finished speaking" silence."""
+    device.relisten = False
+    pcm = speech_pcm()
+    pause = bytes(16000 * 2 * 2)  # 2 s of silence, longer than any "finished speaking" setting
+    await device.say(pcm + pause + pcm, mode="manual", realtime=False)
+    await tts_stops(device)
+    heard = float(next(m for m in device.log if m["type"] == "stt")["text"].split()[1])
+    assert heard == pytest.approx(2 * loud_seconds(pcm), abs=0.2)  # both halves

@@ -85,6 +85,8 @@ FIRST_FRAME_GAP: Final = 0.08
 """Pause between ``tts start`` and the first packet: the device resets its queue on entering speaking."""
 WAKE_WORD_FOLLOW_UP: Final = 0.5
 """Seconds within which a ``listen start`` makes an unknown ``listen detect`` text a wake word."""
+PUSH_TO_TALK_SILENCE: Final = 3600.0
+"""HA's "finished speaking" silence for push-to-talk: never reached (HA ends any command after 15 s)."""
 MAX_QUEUED_CHUNKS: Final = 100
 """Decoded uplink audio waiting for the pipeline (60 ms each: 6 s)."""
 
@@ -219,6 +221,18 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
     def vad_sensitivity_entity_id(self) -> str | None:
         """The device's VAD sensitivity select."""
         return er.async_get(self.hass).async_get_entity_id("select", DOMAIN, f"{self.device.mac}-vad_sensitivity")
+
+    def _resolve_vad_sensitivity(self) -> float:
+        """Seconds of silence after which HA's VAD ends the utterance.
+
+        Push-to-talk ends at the release (``listen stop``), never at a pause: HA's VAD gets a
+        silence longer than its own command limit. Auto and realtime keep the device's "Finished
+        speaking detection". (HA builds the pipeline's audio settings itself and asks only this.)
+        """
+        run = self._events_for
+        if run is not None and run.turn is not None and run.turn.mode == "manual":
+            return PUSH_TO_TALK_SILENCE
+        return super()._resolve_vad_sensitivity()
 
     @callback
     def async_get_configuration(self) -> AssistSatelliteConfiguration:

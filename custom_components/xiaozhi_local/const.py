@@ -86,6 +86,8 @@ MISSED_PINGS: Final = 2
 
 REFRESH_EVERY_SWEEPS: Final = 2
 """Connected devices are asked for their status every this many liveness sweeps (60 s)."""
+REFRESH_SPREAD: Final = 0.8
+"""Share of a sweep interval over which those status requests are spread, one device after another."""
 
 FRAME_RATE: Final = 300.0
 """Frames per second a connection may send on average (a device sends ~17 audio frames a second)."""

@@ -35,6 +35,7 @@ from .const import (
     MISSED_PINGS,
     PING_INTERVAL,
     REFRESH_EVERY_SWEEPS,
+    REFRESH_SPREAD,
     SUBENTRY_DEVICE,
     TRANSPORT_MQTT,
     TRANSPORT_WEBSOCKET,
@@ -451,12 +452,28 @@ class XiaozhiHub:
     @callback
     def _async_sweep(self, _now: datetime) -> None:
         self._sweeps += 1
-        refresh = self._sweeps % REFRESH_EVERY_SWEEPS == 0
         for connection in list(self.connections):
             connection.async_check_alive(MISSED_PINGS)
-            if refresh and connection.device.connection is connection and connection.discovered.is_set():
+        if self._sweeps % REFRESH_EVERY_SWEEPS == 0:
+            self.entry.async_create_background_task(self.hass, self._async_refresh_all(), "xiaozhi_local refresh")
+
+    async def _async_refresh_all(self) -> None:
+        """Every connected device's status, one after another over most of a sweep interval.
+
+        Not all at once: a thousand devices asked in the same moment would answer in the same
+        moment, and every entity they update would be written in one burst on the event loop.
+        """
+        devices = sorted(
+            (c.device for c in self.connections if c.device.connection is c and c.discovered.is_set()),
+            key=lambda device: device.mac,
+        )
+        spacing = PING_INTERVAL.total_seconds() * REFRESH_SPREAD / max(1, len(devices))
+        for index, device in enumerate(devices):
+            if index:
+                await asyncio.sleep(spacing)
+            if device.connection is not None:  # still connected
                 self.entry.async_create_background_task(
-                    self.hass, connection.device.async_refresh(), f"xiaozhi_local refresh {connection.device.mac}"
+                    self.hass, device.async_refresh(), f"xiaozhi_local refresh {device.mac}"
                 )
 
     async def async_run_connection(self, connection: DeviceLink) -> None:

@@ -11,8 +11,8 @@ ssrc (4–7) of every uplink datagram are the nonce's: they tell the session a d
 to. Downlink datagrams must have type 0x01 and rising sequence numbers from 1.
 
 CTR has no integrity check. A datagram counts as the device's only if it carries the session's
-nonce bytes (48 bits an off-path sender cannot know), a sequence number above every earlier one,
-and a payload that decrypts to an Opus packet of the announced frame duration (which a sender
+nonce bytes (48 bits an off-path sender cannot know), a sequence number above every earlier one
+(and not far above it), and a payload that decrypts to an Opus packet of the announced frame duration (which a sender
 without the key hits by chance only rarely). Only such a datagram teaches the server where to
 send audio: nothing is ever sent to an address that has not proved the session.
 """
@@ -27,6 +27,11 @@ HEADER_SIZE: Final = 16
 PACKET_TYPE: Final = 0x01
 MAX_DATAGRAM: Final = HEADER_SIZE + 4000
 """An Opus packet of 60 ms is a few hundred bytes; larger datagrams are not audio."""
+MAX_SEQUENCE_GAP: Final = 1000
+"""How far a sequence number may run ahead of the last accepted one (a minute of 60 ms packets lost).
+The device counts from 1 for each channel; a datagram far ahead is not its next one. Without this
+bound, a forged payload that decrypted to a plausible Opus packet by chance would move the sequence
+out of the device's reach, and every genuine packet after it would be refused as stale."""
 
 
 class UdpError(ValueError):
@@ -125,6 +130,8 @@ class AudioChannel:
         sequence = int.from_bytes(datagram[12:16])
         if sequence <= self.remote_sequence:
             raise UdpError("stale", f"sequence {sequence} after {self.remote_sequence}")
+        if sequence > self.remote_sequence + MAX_SEQUENCE_GAP:
+            raise UdpError("jump", f"sequence {sequence} after {self.remote_sequence}")
         payload = _crypt(self.key, datagram[:HEADER_SIZE], datagram[HEADER_SIZE:])
         if opus_duration_ms(payload) != self.frame_ms:
             raise UdpError("not_audio", "a payload that does not decrypt to an Opus packet of the session")
