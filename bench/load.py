@@ -14,6 +14,8 @@ device retrying at once, counting entities before and after.
 """
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 import importlib.util
 import json
@@ -138,6 +140,21 @@ class Run:
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def token(self) -> str:
+        """The probe's access token for HA's APIs."""
+        return (self.config / "bench_token").read_text()
+
+    @asynccontextmanager
+    async def api(self) -> AsyncIterator[Any]:
+        """HA's WebSocket API, authenticated with the probe's token."""
+        async with ws_connect(f"ws://127.0.0.1:{self.port}/api/websocket", max_size=2**24) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"type": "auth", "access_token": self.token}))
+            if json.loads(await ws.recv()).get("type") != "auth_ok":
+                raise RuntimeError("the probe's token was refused")
+            yield ws
+
     async def probe(self, reset: bool = False) -> dict[str, Any]:
         assert self.http is not None
         async with self.http.get(f"{self.base}/api/bench_probe", params={"reset": "1"} if reset else {}) as resp:
@@ -225,12 +242,7 @@ async def ramp(run: Run, sims: list[SimulatedDevice], concurrency: int, also_rea
 
 async def tool_calls(run: Run, macs: list[str], count: int, rate: float) -> list[float]:
     """``xiaozhi_local.call_tool`` through HA's WebSocket API at a steady rate; latencies in seconds."""
-    token = (run.config / "bench_token").read_text()
-    async with ws_connect(f"ws://127.0.0.1:{run.port}/api/websocket", max_size=2**24) as ws:
-        await ws.recv()
-        await ws.send(json.dumps({"type": "auth", "access_token": token}))
-        if json.loads(await ws.recv()).get("type") != "auth_ok":
-            raise RuntimeError("the bench token was refused")
+    async with run.api() as ws:
         await ws.send(json.dumps({"id": 1, "type": "config/device_registry/list"}))
         registry = json.loads(await ws.recv())["result"]
         ids = {conn[1]: dev["id"] for dev in registry for conn in dev["connections"] if conn[0] == "mac"}

@@ -13,7 +13,7 @@ The parent speaks to it in JSON lines: a spec (the devices, the OTA URL, the tra
 """
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import json
 import os
 import sys
@@ -39,8 +39,6 @@ class Voices:
     macs: list[str]
     mqtt: bool = False
     process: asyncio.subprocess.Process | None = None
-    ready: dict[str, Any] = field(default_factory=dict)
-    last: dict[str, Any] = field(default_factory=dict)  # the last talk's answer: the receiver's own lag and CPU
 
     async def start(self, concurrency: int = 50) -> dict[str, Any]:
         """Start the child; returns once its devices are booted and connected (``{"ready", "failures"}``)."""
@@ -49,15 +47,12 @@ class Voices:
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=2**26,
         )  # fmt: skip
         spec = {"ota": self.ota, "macs": self.macs, "mqtt": self.mqtt, "concurrency": concurrency}
-        self.ready = await self._ask(spec)
-        return self.ready
+        return await self._ask(spec)
 
-    async def talk(self, *, mode: str, wake: bool, silence_after: float) -> list[dict[str, Any]]:
-        """Every device talks at once (real-time Opus); per device what it did and heard."""
-        answer = await self._ask({"talk": {"mode": mode, "wake": wake, "silence_after": silence_after}})
-        self.last = answer
-        turns: list[dict[str, Any]] = answer["turns"]
-        return turns
+    async def talk(self, *, mode: str, wake: bool, silence_after: float) -> dict[str, Any]:
+        """Every device talks at once (real-time Opus): ``turns``, per device what it did and heard;
+        the receiver's own ``cpu_s`` and ``lag_p99_ms`` meanwhile."""
+        return await self._ask({"talk": {"mode": mode, "wake": wake, "silence_after": silence_after}})
 
     async def stop(self) -> None:
         if self.process is None or self.process.returncode is not None:
@@ -96,7 +91,8 @@ async def voice_turns(run: Run, voices: Voices, *, mode: str, wake: bool, silenc
     """
     before = await run.probe(reset=True)
     started = time.monotonic()
-    turns = await voices.talk(mode=mode, wake=wake, silence_after=silence_after)
+    answer = await voices.talk(mode=mode, wake=wake, silence_after=silence_after)
+    turns: list[dict[str, Any]] = answer["turns"]
     probe = await run.probe(reset=True)
     wall = time.monotonic() - started
     if profile := probe.get("profile"):  # BENCH_PROFILE=1: HA's loop thread, inclusive shares
@@ -131,8 +127,8 @@ async def voice_turns(run: Run, voices: Voices, *, mode: str, wake: bool, silenc
         packets=packets,
         lag=probe.get("lag_ms", {}),
         ha_cpu=(probe.get("cpu_s", 0.0) - before.get("cpu_s", 0.0)) / wall,  # cores busy on average
-        receiver_cpu=voices.last.get("cpu_s", 0.0) / wall,
-        receiver_lag_p99=voices.last.get("lag_p99_ms", 0.0),
+        receiver_cpu=answer["cpu_s"] / wall,
+        receiver_lag_p99=answer["lag_p99_ms"],
         ha_threads={
             name: round((cpu - before.get("threads_cpu_s", {}).get(name, 0.0)) / wall, 2)
             for name, cpu in probe.get("threads_cpu_s", {}).items()

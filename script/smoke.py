@@ -30,7 +30,6 @@ from typing import Any
 import wave
 
 import aiohttp
-from websockets.asyncio.client import connect as ws_connect
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
@@ -61,12 +60,7 @@ def check(ok: bool, what: str) -> None:
 
 async def ws_command(run: Run, message: dict[str, Any]) -> Any:
     """One command on HA's WebSocket API with the probe's token; its result."""
-    token = (run.config / "bench_token").read_text()
-    async with ws_connect(f"ws://127.0.0.1:{run.port}/api/websocket", max_size=2**24) as ws:
-        await ws.recv()
-        await ws.send(json.dumps({"type": "auth", "access_token": token}))
-        if json.loads(await ws.recv()).get("type") != "auth_ok":
-            raise SmokeError("the probe's token was refused")
+    async with run.api() as ws:
         await ws.send(json.dumps({"id": 1, **message}))
         answer = json.loads(await ws.recv())
     if not answer.get("success"):
@@ -89,12 +83,11 @@ async def pair_by_code(run: Run, device: MqttDevice) -> dict[str, Any]:
             break
         await asyncio.sleep(0.5)
     check(flow_id is not None, "the new device shows up as discovered")
-    token = (run.config / "bench_token").read_text()
     assert run.http is not None
     async with run.http.post(
         f"{run.base}/api/config/config_entries/flow/{flow_id}",
         json={"code": code},
-        headers={"Authorization": f"Bearer {token}"},
+        headers={"Authorization": f"Bearer {run.token}"},
     ) as response:
         result = await response.json()
     check(result.get("type") == "abort" and result.get("reason") == "paired", f"the code pairs it ({result})")

@@ -405,6 +405,16 @@ async def test_subscribe_and_qos1_are_answered(hub: XiaozhiHub) -> None:
     writer.close()
 
 
+async def test_packets_sent_with_the_connect_are_not_left_waiting(hub: XiaozhiHub) -> None:
+    """MQTT lets a client send on before the CONNACK: a packet in the CONNECT's segment is answered
+    at once, not only when the client sends something else."""
+    reader, writer = await _raw(hub)
+    writer.write(mqtt_connect("c", MAC, TOKEN, 60) + bytes([0xC0, 0x00]))  # CONNECT and PINGREQ together
+    assert await _next_answer(reader) == bytes([0x20, 2, 0, 0])
+    assert await _next_answer(reader) == bytes([0xD0, 0x00])
+    writer.close()
+
+
 async def until(predicate: Callable[[], bool], timeout: float = 5) -> None:
     """Until ``predicate()`` holds (counters that have no change notification)."""
     async with asyncio.timeout(timeout):

@@ -102,14 +102,15 @@ class MqttLink(DeviceLink):
             await self.session.start_without_hello()
             # The firmware pings every keepalive seconds; 1.5 times that without a packet is a dead link.
             timeout = self.keepalive * 1.5 if self.keepalive else None
+            data = b""  # first what came with the CONNECT (a client may send on before the CONNACK)
             while not self.closing:
+                for packet in self.decoder.feed(data):
+                    if not await self._async_handle(packet):
+                        return
                 async with asyncio.timeout(timeout):
                     data = await self.reader.read(READ_SIZE)
                 if not data:
                     return
-                for packet in self.decoder.feed(data):
-                    if not await self._async_handle(packet):
-                        return
         except TimeoutError:
             _LOGGER.info("Device %s sent nothing within its keepalive; closing its MQTT link", self.device.mac)
         except codec.MqttError as err:

@@ -20,6 +20,7 @@ from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 
 from .const import NOTIFY_PATH
+from .media import audio_executor
 from .protocol.audio import AudioError, OggOpusWriter
 from .protocol.messages import DOWNLINK_SAMPLE_RATE
 
@@ -82,7 +83,8 @@ class XiaozhiNotifyView(HomeAssistantView):
         """Stream it as it is made (the device starts playing after the first page)."""
         from .hub import async_get_hub  # noqa: PLC0415 - hub imports this module
 
-        hub = async_get_hub(request.app[KEY_HASS])
+        hass = request.app[KEY_HASS]
+        hub = async_get_hub(hass)
         announcement = hub.announcements.take(token) if hub is not None else None
         if announcement is None:
             raise web.HTTPNotFound
@@ -90,12 +92,13 @@ class XiaozhiNotifyView(HomeAssistantView):
         response = web.StreamResponse(headers={"Content-Type": "audio/ogg"})
         await response.prepare(request)
         writer = OggOpusWriter(DOWNLINK_SAMPLE_RATE)
+        loop, codec = asyncio.get_running_loop(), audio_executor(hass)  # encoded beside the loop
         try:
             for make in announcement.sources:
                 async for pcm in make():
-                    if data := writer.feed(pcm):
+                    if data := await loop.run_in_executor(codec, writer.feed, pcm):
                         await response.write(data)
-            await response.write(writer.finish())
+            await response.write(await loop.run_in_executor(codec, writer.finish))
             await response.write_eof()
         except (ConnectionError, AudioError, HomeAssistantError) as err:
             _LOGGER.debug("Announcement stream ended early: %s", err)
