@@ -14,7 +14,7 @@
 """
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 import contextlib
 from dataclasses import dataclass, field
 import json
@@ -30,6 +30,7 @@ import av.error
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from .firmware import FlashedImage, UpgradeFailed, download_and_flash, firmware_offer
 from .mcp_server import McpServer, is_v25
 from .ota import OtaClient, OtaError, OtaTiming
 from .tools import (
@@ -91,6 +92,17 @@ class SimulatorOptions:
     nvs_path: str | None = None
     """A file that plays the device's flash: its ``Client-Id`` (NVS ``board/uuid``, made once and
     kept across boots, as the firmware does) and what OTA answers stored. None: kept in memory."""
+    chip: str = "esp32s3"
+    """``chip_model_name``: the chip its images must be built for."""
+    upgrade_delay: float = 4.0
+    """Seconds ``UpgradeFirmware`` waits before its download (its alert 3 s, then 1 s)."""
+    download_delay: float = 0.0
+    """Seconds added to each 4 KiB page of a firmware download (weak Wi-Fi; tests act mid-way)."""
+    fail_flash: bool = False
+    """Every flash fails at ``esp_ota_end`` (a worn flash): the device keeps its version."""
+    reboots: bool = False
+    """After a reboot it boots again by itself, as a real device does: the OTA check (where a
+    ``firmware`` in the answer is installed), then its transport. Off: the caller boots it."""
 
 
 class SimulatedDevice:
@@ -101,7 +113,12 @@ class SimulatedDevice:
         self.nvs: dict[str, dict[str, Any]] = {}  # settings kept across boots ("board", "websocket", "mqtt")
         self._load_nvs()
         self.state = DeviceState()
-        self.system_info = system_info(options.mac, options.client_id, options.board, options.firmware_version)
+        running = self.nvs.get("ota", {}).get("running")  # an image flashed by an earlier upgrade
+        if isinstance(running, str) and running:
+            options.firmware_version = running
+        self.system_info = system_info(
+            options.mac, options.client_id, options.board, options.firmware_version, options.chip
+        )
         self.mcp = McpServer(options.board, options.firmware_version, errors_as_results=options.flavor == "py-xiaozhi")
         self.frame_ms = options.frame_ms or (20 if options.flavor == "py-xiaozhi" else 60)
         if options.flavor == "py-xiaozhi":  # a desktop: its volume tools, no status object
@@ -121,7 +138,7 @@ class SimulatedDevice:
         if options.ir:
             add_ir_tools(self.mcp, self.state)
         add_extra_tools(self.mcp, options.extra_tools)
-        add_user_only_tools(self.mcp, self.system_info, self._schedule_reboot)
+        add_user_only_tools(self.mcp, self.system_info, self._schedule_reboot, self.upgrade)
         if options.flavor == "xiaozhi-sdk":
             rename_for_sdk(self.mcp)
         self.session_id = ""
@@ -151,6 +168,16 @@ class SimulatedDevice:
         self._reader: asyncio.Task[None] | None = None
         self.on_mcp_request: Callable[[Any], None] | None = None
         self.ota: OtaClient | None = None
+        self.upgrades: list[dict[str, Any]] = []
+        """Every firmware upgrade it tried: url, version asked, bytes read, result ("ok" or the error)."""
+        self.upgraded = asyncio.Event()  # set when an upgrade ends, either way
+        self.power_cut = asyncio.Event()
+        """Set mid-download: the device falls silent there (no more reads, no close, no RST)."""
+        self.boots = 0  # OTA checks run to the end (a boot; an upgrade's reboot boots again)
+        self.booted = asyncio.Event()  # set at the end of each boot's OTA check
+        self.upgrade_started = asyncio.Event()  # set when an upgrade begins
+        self._boot_again: Callable[[], Awaitable[Any]] | None = None
+        self._power_cycle: asyncio.Task[None] | None = None
 
     # -- flash ------------------------------------------------------------------------------
 
@@ -251,6 +278,7 @@ class SimulatedDevice:
         Raises OtaError, or RuntimeError when the answer switched the device to MQTT (this
         device speaks WebSocket only; ``xiaozhi_sim.mqtt.MqttDevice`` speaks both).
         """
+        self._boot_again = lambda: self.boot(ota_url, timing, on_code)
         answer = await self.check_ota(ota_url, timing, on_code)
         if "mqtt" in answer:
             raise RuntimeError("the OTA answer carried mqtt: the device would switch to MQTT")
@@ -260,11 +288,86 @@ class SimulatedDevice:
     async def check_ota(
         self, ota_url: str, timing: OtaTiming | None = None, on_code: Callable[[str, str], None] | None = None
     ) -> dict[str, Any]:
-        """The boot-time OTA check (with activation); what it answered last is stored in NVS."""
-        client = OtaClient(self, ota_url, timing, on_code)
-        self.ota = client
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-            return await client.run(session)
+        """The boot-time OTA check (with activation); what it answered last is stored in NVS.
+
+        ``CheckNewVersion``: an answer whose ``firmware`` is newer (or ``force`` 1) is installed
+        at once; after a successful flash the device restarts, so the check runs again with the
+        new version. A failed upgrade lets the boot go on with the old one.
+        """
+        while True:
+            client = OtaClient(self, ota_url, timing, on_code)
+            self.ota = client
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+                answer = await client.run(session)
+            offer = firmware_offer(answer, self.options.firmware_version)
+            if offer is None or not await self._upgrade(offer.url, offer.version, rebooting=False):
+                self.boots += 1
+                self.booted.set()
+                return answer
+
+    # -- firmware upgrades (``Application::UpgradeFirmware``) ------------------------------------
+
+    async def upgrade(self, url: str) -> bool:
+        """``self.upgrade_firmware``: close the audio channel, wait, download, flash, reboot."""
+        return await self._upgrade(url, "", rebooting=True)
+
+    async def _upgrade(self, url: str, version: str, *, rebooting: bool) -> bool:
+        record: dict[str, Any] = {"url": url, "version": version, "read": 0, "size": 0, "result": None}
+        self.upgrades.append(record)
+        self.upgrade_started.set()
+        self.upgraded.clear()
+        await self._close_audio_channel()
+        await asyncio.sleep(self.options.upgrade_delay)
+        if self.device_state != "listening":  # the state machine refuses listening → upgrading
+            self.device_state = "upgrading"  # ... and nothing resets it if the upgrade fails
+
+        def progress(read: int, size: int) -> None:
+            record["read"], record["size"] = read, size
+
+        try:
+            flashed = await download_and_flash(
+                url,
+                self.options.chip,
+                on_progress=progress,
+                fail_flash=self.options.fail_flash,
+                read_delay=self.options.download_delay,
+                frozen=self.power_cut,
+            )
+        except UpgradeFailed as err:
+            _LOGGER.warning("Firmware upgrade failed: %s", err)
+            record["result"] = str(err)
+            self.upgraded.set()
+            return False
+        record["result"] = "ok"
+        self._run_image(flashed)
+        self.upgraded.set()
+        if rebooting:
+            self._schedule_reboot()
+        return True
+
+    async def wait_boots(self, count: int, timeout: float = 10.0) -> None:
+        """Until it has booted ``count`` times (each boot's OTA check ran to the end)."""
+        async with asyncio.timeout(timeout):
+            while self.boots < count:
+                self.booted.clear()
+                await self.booted.wait()
+
+    def _run_image(self, flashed: FlashedImage) -> None:
+        """The new image boots: its version is the one reported from now on (kept in "flash")."""
+        version = flashed.version
+        self.options.firmware_version = version
+        self.system_info["application"]["version"] = version
+        self.mcp.firmware_version = version
+        self.decode_queue = 20 if is_v25(version) else 40
+        self.nvs.setdefault("ota", {})["running"] = version
+        self.save_nvs()
+        self.device_state = "idle"
+
+    async def _close_audio_channel(self) -> None:
+        """``CloseAudioChannel`` before an upgrade: over WebSocket the socket itself goes."""
+        if self._ws is not None and not self.closed.is_set():
+            self._ws.transport.abort()
+            self.closed.set()
 
     def use_websocket_settings(self) -> None:
         """Take the WebSocket URL, token and version the OTA answers stored."""
@@ -290,6 +393,7 @@ class SimulatedDevice:
 
     async def connect(self) -> None:
         """Connect, send the hello and wait for a valid server hello, as the firmware does."""
+        self._check_not_upgrading()
         self.server_hello = None
         await self.open()
         assert self._ws is not None
@@ -305,6 +409,11 @@ class SimulatedDevice:
             await self.drop()
             raise
         self._reader = asyncio.create_task(self._read_loop(), name=f"xiaozhi_sim {self.options.mac}")
+
+    def _check_not_upgrading(self) -> None:
+        """A device left "upgrading" by a failed upgrade ignores the wake word until it restarts."""
+        if self.device_state == "upgrading":
+            raise RuntimeError("the device is upgrading (or was left so by a failed upgrade): it ignores wake-ups")
 
     def _handle_hello_candidate(self, frame: str | bytes) -> bool:
         """Take a valid server hello (True); ignore anything else (False), as the firmware does."""
@@ -549,6 +658,7 @@ class SimulatedDevice:
 
     async def drop(self) -> None:
         """End the session the firmware's way: close TCP, no Close frame."""
+        await self._stop_power_cycle()
         if self._ws is not None:
             self._ws.transport.abort()
         if self._reader is not None:
@@ -563,8 +673,37 @@ class SimulatedDevice:
 
     def _schedule_reboot(self) -> None:
         self.rebooted = True
+        self.device_state = "idle"  # a restart clears every state, "upgrading" too
         if self._ws is not None:
             asyncio.get_running_loop().call_later(0.1, self._ws.transport.abort)
+        self._restart_later()
+
+    async def _stop_power_cycle(self) -> None:
+        """Switched off for good (the test's end): a reboot under way does not boot it again."""
+        cycle = self._power_cycle
+        if cycle is not None and cycle is not asyncio.current_task() and not cycle.done():
+            cycle.cancel()
+            await asyncio.gather(cycle, return_exceptions=True)
+
+    def _restart_later(self) -> None:
+        """With ``reboots``: power off, then boot again by itself (as ``esp_restart`` does)."""
+        if not self.options.reboots or self._boot_again is None:
+            return
+        if self._power_cycle is not None and not self._power_cycle.done():
+            return
+
+        async def cycle() -> None:
+            await asyncio.sleep(0.2)  # the channel is closed first
+            await self.drop()
+            self.device_state = "idle"
+            self.booted.clear()
+            assert self._boot_again is not None
+            try:
+                await self._boot_again()
+            except Exception as err:  # noqa: BLE001 - a device that cannot boot keeps trying in reality
+                _LOGGER.warning("Boot after the reboot failed: %s", err)
+
+        self._power_cycle = asyncio.create_task(cycle(), name=f"xiaozhi_sim reboot {self.options.mac}")
 
     async def __aenter__(self) -> SimulatedDevice:
         await self.connect()

@@ -151,6 +151,7 @@ class MqttDevice(SimulatedDevice):
 
     async def boot_mqtt(self, ota_url: str, **kwargs: Any) -> dict[str, Any]:
         """The OTA check, then the transport it chose (``mqtt`` wins, as in ``InitializeProtocol``)."""
+        self._boot_again = lambda: self.boot_mqtt(ota_url, **kwargs)
         answer = await self.check_ota(ota_url, **kwargs)
         if "mqtt" not in answer:
             self.nvs.pop("mqtt", None)  # (the firmware keeps it, but only uses it if OTA fails)
@@ -195,6 +196,9 @@ class MqttDevice(SimulatedDevice):
         except asyncio.IncompleteReadError, TimeoutError:
             writer.close()
             raise MqttRefused(-1) from None
+        except asyncio.CancelledError:  # switched off while connecting
+            writer.transport.abort()
+            raise
         if kind != 2 or len(body) < 2 or body[1] != 0:
             writer.close()
             raise MqttRefused(body[1] if len(body) >= 2 else -1)
@@ -296,6 +300,7 @@ class MqttDevice(SimulatedDevice):
 
     async def connect(self) -> None:
         """``OpenAudioChannel``: (re)connect MQTT if needed, hello v3, wait 10 s, open UDP."""
+        self._check_not_upgrading()
         if self._writer is None or self._writer.is_closing():
             await self.start()
         self.session_id = ""
@@ -437,8 +442,15 @@ class MqttDevice(SimulatedDevice):
 
     # -- ending ---------------------------------------------------------------------------------
 
+    async def drop_mqtt(self) -> None:
+        """The MQTT connection alone is cut (whatever the device is doing goes on, or hangs)."""
+        if self._writer is not None:
+            self._writer.transport.abort()
+            self._writer = None
+
     async def drop(self) -> None:
         """Power off: the TCP connection and the UDP socket vanish without a word."""
+        await self._stop_power_cycle()
         if self._writer is not None:
             self._writer.transport.abort()
             self._writer = None
@@ -468,5 +480,12 @@ class MqttDevice(SimulatedDevice):
 
     def _schedule_reboot(self) -> None:
         self.rebooted = True
+        self.device_state = "idle"
         if self._writer is not None:
             self._reboot_timer = asyncio.get_running_loop().call_later(0.1, self._writer.transport.abort)
+        self._restart_later()
+
+    async def _close_audio_channel(self) -> None:
+        """``CloseAudioChannel`` before an upgrade: the UDP channel goes (with a goodbye); MQTT stays."""
+        if self._udp is not None:
+            self._close_channel(send_goodbye=True)

@@ -1,5 +1,7 @@
 """The tools stock firmware registers, with their real schemas and return texts (§10)."""
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 import json
 from typing import Any
@@ -251,11 +253,23 @@ def add_extra_tools(server: McpServer, count: int) -> None:
         )
 
 
-def add_user_only_tools(server: McpServer, system_info: dict[str, Any], reboot: Any) -> None:
+def add_user_only_tools(
+    server: McpServer,
+    system_info: dict[str, Any],
+    reboot: Callable[[], None],
+    upgrade: Callable[[str], Awaitable[bool]],
+) -> None:
     """``AddUserOnlyTools``: listed only with ``withUserTools``; annotated ``audience: ["user"]``."""
 
     async def do_reboot(_args: dict[str, Any]) -> ToolValue:
         reboot()
+        return True
+
+    async def do_upgrade(args: dict[str, Any]) -> ToolValue:
+        # ``app.Schedule(UpgradeFirmware(url))``, then ``return true``: the reply is sent through the
+        # same main task, after the upgrade. On success the device reboots first: no reply at all.
+        if await upgrade(str(args["url"])):
+            await asyncio.Event().wait()
         return True
 
     url_description = "The URL of the firmware binary file to download and install"
@@ -268,7 +282,7 @@ def add_user_only_tools(server: McpServer, system_info: dict[str, Any], reboot: 
             "This will download and install the firmware, then reboot the device.",
             # The firmware bug: the description text is the default, so url is not required.
             [Property("url", "string", default=url_description)],
-            _const(True),
+            do_upgrade,
         ),
         Tool(
             "self.screen.get_info",
@@ -287,7 +301,7 @@ def add_user_only_tools(server: McpServer, system_info: dict[str, Any], reboot: 
         server.add_tool(tool)
 
 
-def system_info(mac: str, uuid: str, board: str, version: str) -> dict[str, Any]:
+def system_info(mac: str, uuid: str, board: str, version: str, chip: str = "esp32s3") -> dict[str, Any]:
     """The OTA body / ``self.get_system_info`` JSON (abridged, real keys)."""
     return {
         "version": 2,
@@ -296,7 +310,7 @@ def system_info(mac: str, uuid: str, board: str, version: str) -> dict[str, Any]
         "minimum_free_heap_size": "8288524",
         "mac_address": mac,
         "uuid": uuid,
-        "chip_model_name": "esp32s3",
+        "chip_model_name": chip,
         "chip_info": {"model": 9, "cores": 2, "revision": 2, "features": 18},
         "application": {
             "name": "xiaozhi",
