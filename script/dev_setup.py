@@ -7,7 +7,9 @@ second run keeps the existing entry and tokens. The HTTP port is written where H
 
 Prints one line ``MAC TOKEN CLIENT_ID`` per simulated device: the first is always connected
 (MQTT+UDP, the hub's default), the second connects per conversation (WebSocket, its own choice).
-Each simulator boots with its Client-Id, the identity its device paired with.
+Each simulator boots with its Client-Id, the identity its device paired with. A demo firmware
+image (2.5.0 for the simulated board, which runs 2.4.2) goes into ``xiaozhi_firmware/``, so the
+device's Firmware entity has an update to install.
 
 Usage: ``dev_setup.py CONFIG_DIR [HTTP_PORT]``.
 """
@@ -196,9 +198,26 @@ def link_components(config_dir: Path) -> None:
     seed_plain_entry(config_dir, "xiaozhi_demo", "Xiaozhi demo voice")
 
 
+DEMO_FIRMWARE = ("bread-compact-wifi", "2.5.0")
+"""The simulated always-connected board, and the version of the demo image offered to it."""
+
+
+def demo_firmware(config_dir: Path) -> None:
+    """A firmware image for the simulated board in the local firmware folder (once)."""
+    sys.path.insert(0, str(Path(__file__).parents[1]))  # this script's own process: xiaozhi_sim
+    from xiaozhi_sim.firmware import build_image  # noqa: PLC0415
+
+    board, version = DEMO_FIRMWARE
+    path = config_dir / "xiaozhi_firmware" / f"{board}_{version}.bin"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(build_image(version, size=1_500_000))
+
+
 def main(config_dir: Path, port: int = HA_PORT) -> None:
     """Seed the entry (and the port); print each simulated device's MAC, token and Client-Id."""
     keep_port(config_dir, port)
+    demo_firmware(config_dir)
     hub = seed_entry(
         config_dir,
         [

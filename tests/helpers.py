@@ -1,9 +1,11 @@
 """Test helpers that wait on the event that proves a thing, never on the clock."""
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
-from homeassistant.core import Event, HomeAssistant, callback
+from homeassistant.core import Event, HomeAssistant, State, callback
+from homeassistant.helpers.event import async_track_state_change_event
 
 
 class EventWaiter:
@@ -32,3 +34,24 @@ def placeholders_of(result: Any) -> dict[str, str]:
     placeholders = result["description_placeholders"]
     assert placeholders is not None
     return dict(placeholders)
+
+
+async def wait_entity(
+    hass: HomeAssistant, entity_id: str, predicate: Callable[[State], bool], timeout: float = 5
+) -> State:
+    """Until the entity's state satisfies ``predicate`` (woken by its state changes); that state."""
+    changed = asyncio.Event()
+
+    @callback
+    def on_change(_event: Any) -> None:
+        changed.set()
+
+    unsubscribe = async_track_state_change_event(hass, entity_id, on_change)
+    try:
+        async with asyncio.timeout(timeout):
+            while (state := hass.states.get(entity_id)) is None or not predicate(state):
+                changed.clear()
+                await changed.wait()
+    finally:
+        unsubscribe()
+    return state

@@ -145,7 +145,7 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
     assert result["type"] is FlowResultType.FORM
     assert placeholders_of(result)["ota_url"] == ota_url(hass)
     result = await hass.config_entries.options.async_configure(
-        result["flow_id"], {"accept_without_code": True, "websocket_url": "http://wrong"}
+        result["flow_id"], {"accept_without_code": True, "websocket_url": "http://wrong", "firmware": {}}
     )
     assert result["errors"] == {"websocket_url": "invalid_websocket_url"}
     result = await hass.config_entries.options.async_configure(
@@ -156,6 +156,7 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
             "silence_timeout": 45,
             "idle_timeout": 600,
             "mqtt": False,  # (on, it would bind the real port 1885 here)
+            "firmware": {"firmware_vendor": False, "firmware_releases": False},
         },
     )
     assert result["type"] is FlowResultType.CREATE_ENTRY
@@ -165,9 +166,11 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
     assert setup_integration.options["silence_timeout"] == 45
     result = await hass.config_entries.options.async_init(setup_integration.entry_id)
     result = await hass.config_entries.options.async_configure(
-        result["flow_id"], {"accept_without_code": False, "mqtt": False}
+        result["flow_id"], {"accept_without_code": False, "mqtt": False, "firmware": {}}
     )
     assert setup_integration.options == {
+        "firmware_vendor": False,
+        "firmware_releases": False,
         "accept_without_code": False,
         "websocket_url": "",
         "silence_timeout": 20,
@@ -181,14 +184,60 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
     # Port 8883 would make devices speak TLS to an endpoint that has none.
     result = await hass.config_entries.options.async_init(setup_integration.entry_id)
     result = await hass.config_entries.options.async_configure(
-        result["flow_id"], {"accept_without_code": False, "mqtt_port": 8883}
+        result["flow_id"], {"accept_without_code": False, "mqtt_port": 8883, "firmware": {}}
     )
     assert result["errors"] == {"mqtt_port": "tls_port"}
     result = await hass.config_entries.options.async_configure(
-        result["flow_id"], {"accept_without_code": False, "mqtt": False}
+        result["flow_id"], {"accept_without_code": False, "mqtt": False, "firmware": {}}
     )
     assert result["type"] is FlowResultType.CREATE_ENTRY
     assert hub.mqtt is None
+
+
+async def test_firmware_source_options(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
+    """Both remote sources are off until turned on; an address is stored only when it is not the default."""
+    hub = setup_integration.runtime_data
+    assert (hub.firmware.vendor, hub.firmware.releases) == (None, None)
+    result = await hass.config_entries.options.async_init(setup_integration.entry_id)
+    schema = result["data_schema"]
+    assert schema is not None
+    section = schema.schema["firmware"]
+    assert section.options == {"collapsed": True}
+    suggested = {str(key): key.description for key in section.schema.schema}
+    assert suggested["firmware_vendor_url"] == {"suggested_value": "https://api.tenclass.net/xiaozhi/ota/"}
+    result = await hass.config_entries.options.async_configure(
+        result["flow_id"], {"mqtt": False, "firmware": {"firmware_vendor": True, "firmware_vendor_url": "ftp://x"}}
+    )
+    assert result["errors"] == {"firmware": "invalid_firmware_url"}
+    result = await hass.config_entries.options.async_configure(
+        result["flow_id"],
+        {
+            "mqtt": False,
+            "firmware": {
+                "firmware_vendor": True,
+                "firmware_vendor_url": "https://api.tenclass.net/xiaozhi/ota/",
+                "firmware_releases": True,
+                "firmware_releases_url": " http://127.0.0.1:9/releases ",
+            },
+        },
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert setup_integration.options["firmware_vendor"] is True
+    assert "firmware_vendor_url" not in setup_integration.options  # the default is not stored
+    assert setup_integration.options["firmware_releases_url"] == "http://127.0.0.1:9/releases"
+    await hass.async_block_till_done()
+    assert hub.firmware.vendor is not None
+    assert hub.firmware.vendor.url == "https://api.tenclass.net/xiaozhi/ota/"
+    assert hub.firmware.releases is not None
+    assert hub.firmware.releases.url == "http://127.0.0.1:9/releases"
+    # Shown again as stored.
+    result = await hass.config_entries.options.async_init(setup_integration.entry_id)
+    schema = result["data_schema"]
+    assert schema is not None
+    section = schema.schema["firmware"]
+    suggested = {str(key): key.description for key in section.schema.schema}
+    assert suggested["firmware_releases"] == {"suggested_value": True}
+    assert suggested["firmware_releases_url"] == {"suggested_value": "http://127.0.0.1:9/releases"}
 
 
 # -- "Add device" ---------------------------------------------------------------------------

@@ -52,3 +52,21 @@ def test_two_devices_one_per_transport(tmp_path: Path, capsys: object) -> None:
     hub = next(e for e in entries if e["domain"] == "xiaozhi_local")
     assert {sub["data"]["mac"]: sub["data"]["token"] for sub in hub["subentries"]} == tokens
     assert hub["options"]["mqtt_port"] == 1885
+
+
+def test_the_demo_has_a_firmware_update_for_its_board(tmp_path: Path) -> None:
+    """The always-connected simulated board runs 2.4.2; the demo offers it a checked 2.5.0 image."""
+    import io
+
+    from custom_components.xiaozhi_local.firmware_sources import split_name
+    from custom_components.xiaozhi_local.protocol.firmware import read_app_image
+
+    module = dev_setup()
+    module.main(tmp_path, 8123)
+    (path,) = (tmp_path / "xiaozhi_firmware").iterdir()
+    assert split_name(path.name) == ("bread-compact-wifi", "2.5.0")
+    image = read_app_image(io.BytesIO(path.read_bytes()))
+    assert (image.version, image.chip) == ("2.5.0", "esp32s3")
+    before = path.stat().st_mtime_ns
+    module.main(tmp_path, 8123)  # kept, not written again
+    assert path.stat().st_mtime_ns == before

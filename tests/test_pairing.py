@@ -147,15 +147,15 @@ def test_remove(pairing: PairingManager, dropped: list[str]) -> None:
 def test_report_from_odd_requests() -> None:
     full = DeviceReport.from_request(
         {
-            "board": {"type": "bread-compact-wifi", "name": "x"},
-            "application": {"version": "2.4.2"},
+            "board": {"type": "bread-compact-wifi", "name": "x", "manufacturer": "m"},
+            "application": {"name": "xiaozhi", "version": "2.4.2"},
             "chip_model_name": "esp32s3",
             "language": "zh-CN",
             "uuid": "body-uuid",
         },
         {"Client-Id": "uuid", "Serial-Number": "SN1"},
     )
-    assert full == DeviceReport("bread-compact-wifi", "2.4.2", "esp32s3", "uuid", "zh-CN", "SN1")
+    assert full == DeviceReport("bread-compact-wifi", "2.4.2", "esp32s3", "uuid", "zh-CN", "SN1", "x", "m", "xiaozhi")
     odd = DeviceReport.from_request(
         {"board": "nope", "application": [], "chip_model_name": 5, "language": {"x": 1}, "uuid": 7},
         {"Accept-Language": "en-US"},

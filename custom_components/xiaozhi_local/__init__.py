@@ -15,6 +15,7 @@ from .notify import XiaozhiNotifyView
 from .ota import XiaozhiActivateView, XiaozhiOtaView
 from .repairs import async_check_ffmpeg, async_check_url
 from .services import async_setup_services
+from .updates import XiaozhiFirmwareView
 from .vision import XiaozhiVisionView
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
@@ -28,6 +29,7 @@ PLATFORMS = [
     Platform.NUMBER,
     Platform.SELECT,
     Platform.SENSOR,
+    Platform.UPDATE,
 ]
 
 
@@ -35,6 +37,7 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     """Register the device endpoint and the actions, once (routes cannot be removed)."""
     hass.http.register_view(XiaozhiWebSocketView())
     hass.http.register_view(XiaozhiNotifyView())
+    hass.http.register_view(XiaozhiFirmwareView())
     for view in (XiaozhiOtaView(), XiaozhiActivateView(), XiaozhiVisionView()):
         register_open_view(hass, view)  # browser test pages make these requests too (CORS)
     llm_helper.async_register_api(hass, XiaozhiDevicesAPI(hass=hass, id=DOMAIN, name=API_NAME))
@@ -74,6 +77,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
 async def _async_entry_updated(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> None:
     """Devices added, changed or removed: applied without dropping the other connections."""
     entry.runtime_data.async_sync_devices()
+    entry.runtime_data.firmware.async_configure(dict(entry.options))  # the firmware sources may have changed
     async_check_url(hass, dict(entry.options))
     await entry.runtime_data.async_start_mqtt()  # ports or the choice may have changed
 

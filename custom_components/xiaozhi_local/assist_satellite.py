@@ -372,12 +372,23 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             previous.cancel()
         return previous
 
+    @property
+    def busy(self) -> bool:
+        """Whether an exchange is under way (a turn, a reply, an announcement)."""
+        return self._run is not None
+
+    @callback
+    def _idle(self) -> None:
+        """No exchange runs any more: whoever waits for that (a firmware install) is told."""
+        self._run = None
+        self.device.async_link_changed()
+
     @callback
     def _end_run(self, run: _Run) -> None:
         """Cancel ``run`` (disconnect, abort): the satellite is idle again."""
         run.cancel()
         if self._run is run:
-            self._run = None
+            self._idle()
             self.tts_response_finished()  # back to idle (HA's public way to say the response is over)
 
     @callback
@@ -388,7 +399,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         its tools stay callable. The connection is closed only after the hub's idle timeout.
         """
         if self._run is run:
-            self._run = None
+            self._idle()
         if run.turn is not None and run.turn.mode == "manual" and not run.continue_conversation:
             options = self._config_entry().options
             run.connection.arm_idle(float(options.get(CONF_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)))

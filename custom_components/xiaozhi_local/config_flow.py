@@ -12,12 +12,18 @@ from homeassistant.config_entries import (
     SubentryFlowResult,
 )
 from homeassistant.core import callback
+from homeassistant.data_entry_flow import section
 from homeassistant.helpers import selector
 import probatio as vol
 
 from .const import (
     CONF_ACCEPT_WITHOUT_CODE,
     CONF_AI_TASK_ENTITY,
+    CONF_FIRMWARE,
+    CONF_FIRMWARE_RELEASES,
+    CONF_FIRMWARE_RELEASES_URL,
+    CONF_FIRMWARE_VENDOR,
+    CONF_FIRMWARE_VENDOR_URL,
     CONF_IDLE_TIMEOUT,
     CONF_MAC,
     CONF_MQTT,
@@ -34,6 +40,7 @@ from .const import (
     SUBENTRY_DEVICE,
     TLS_MQTT_PORT,
 )
+from .firmware_sources import DEFAULT_RELEASES_URL, DEFAULT_VENDOR_URL
 from .hub import XiaozhiHub, async_get_hub, default_title
 from .pairing import CheckResult, PendingDevice, new_token
 from .protocol.messages import normalize_mac
@@ -51,6 +58,9 @@ CODE_SCHEMA = vol.Schema(
 
 
 AGAIN_SCHEMA = vol.Schema({vol.Required(CONF_CODE): selector.TextSelector()})
+
+FIRMWARE_URLS = {CONF_FIRMWARE_VENDOR_URL: DEFAULT_VENDOR_URL, CONF_FIRMWARE_RELEASES_URL: DEFAULT_RELEASES_URL}
+"""The firmware sources' addresses and their defaults (stored only when changed)."""
 
 
 def _name(user_input: dict[str, Any]) -> str | None:
@@ -174,13 +184,20 @@ class XiaozhiOptionsFlow(OptionsFlow):
         errors: dict[str, str] = {}
         if user_input is not None:
             url = (user_input.get(CONF_WEBSOCKET_URL) or "").strip()
+            firmware = dict(user_input.get(CONF_FIRMWARE) or {})
+            urls = {key: (firmware.get(key) or "").strip() for key in FIRMWARE_URLS}
             if url and not url.startswith(("ws://", "wss://")):
                 errors[CONF_WEBSOCKET_URL] = "invalid_websocket_url"
             elif int(user_input.get(CONF_MQTT_PORT, DEFAULT_MQTT_PORT)) == TLS_MQTT_PORT:
                 errors[CONF_MQTT_PORT] = "tls_port"  # the firmware would speak TLS to it
+            elif any(value and not value.startswith(("http://", "https://")) for value in urls.values()):
+                errors[CONF_FIRMWARE] = "invalid_firmware_url"
             else:
                 return self.async_create_entry(
                     data={
+                        CONF_FIRMWARE_VENDOR: bool(firmware.get(CONF_FIRMWARE_VENDOR, False)),
+                        CONF_FIRMWARE_RELEASES: bool(firmware.get(CONF_FIRMWARE_RELEASES, False)),
+                        **{key: value for key, value in urls.items() if value and value != FIRMWARE_URLS[key]},
                         CONF_ACCEPT_WITHOUT_CODE: user_input[CONF_ACCEPT_WITHOUT_CODE],
                         CONF_WEBSOCKET_URL: url,
                         CONF_SILENCE_TIMEOUT: int(user_input[CONF_SILENCE_TIMEOUT]),
@@ -215,11 +232,35 @@ class XiaozhiOptionsFlow(OptionsFlow):
                 vol.Required(CONF_UDP_PORT, default=DEFAULT_UDP_PORT): selector.NumberSelector(
                     selector.NumberSelectorConfig(min=1, max=65535, step=1, mode=selector.NumberSelectorMode.BOX)
                 ),
+                vol.Required(CONF_FIRMWARE): section(
+                    vol.Schema(
+                        {
+                            vol.Required(CONF_FIRMWARE_VENDOR, default=False): selector.BooleanSelector(),
+                            vol.Optional(CONF_FIRMWARE_VENDOR_URL): selector.TextSelector(
+                                selector.TextSelectorConfig(type=selector.TextSelectorType.URL)
+                            ),
+                            vol.Required(CONF_FIRMWARE_RELEASES, default=False): selector.BooleanSelector(),
+                            vol.Optional(CONF_FIRMWARE_RELEASES_URL): selector.TextSelector(
+                                selector.TextSelectorConfig(type=selector.TextSelectorType.URL)
+                            ),
+                        }
+                    ),
+                    {"collapsed": True},
+                ),
             }
         )
+        options = dict(self.config_entry.options)
+        suggested = user_input or {
+            **options,
+            CONF_FIRMWARE: {
+                CONF_FIRMWARE_VENDOR: options.get(CONF_FIRMWARE_VENDOR, False),
+                CONF_FIRMWARE_RELEASES: options.get(CONF_FIRMWARE_RELEASES, False),
+                **{key: options.get(key) or default for key, default in FIRMWARE_URLS.items()},
+            },
+        }
         return self.async_show_form(
             step_id="init",
-            data_schema=self.add_suggested_values_to_schema(schema, user_input or dict(self.config_entry.options)),
+            data_schema=self.add_suggested_values_to_schema(schema, suggested),
             errors=errors,
             description_placeholders={"ota_url": ota_url(self.hass), "websocket_url": websocket_url(self.hass)},
         )

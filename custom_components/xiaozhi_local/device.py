@@ -38,6 +38,7 @@ from .const import (
     VISION_TOKEN_TTL,
 )
 from .pairing import Identity
+from .protocol.firmware import BoardFacts
 from .protocol.mcp import (
     McpBusyError,
     McpConnectionError,
@@ -74,6 +75,10 @@ class VoiceHandler(Protocol):
 
     def on_disconnect(self, connection: DeviceLink) -> None:
         """The connection ended."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether a conversation turn, a reply or an announcement is under way (tells listeners when it ends)."""
 
 
 REPORT_SAVE_DELAY = 10.0
@@ -177,6 +182,10 @@ class XiaozhiDevice:
         self._vision_token: tuple[str, float] | None = None  # token, expiry (loop time)
         self.photo: bytes | None = None  # the last camera photo (JPEG)
         self.photo_at: datetime | None = None
+        self.facts = BoardFacts.from_dict(cache.get("firmware"))
+        """What its last OTA check said of its board and firmware (stock firmware only)."""
+        self.address: str | None = None
+        """The network address it last reached Home Assistant from (OTA check or connection)."""
         """Settings made while the device was away: key → {tool, arguments, value}."""
         registry_entry = dr.async_get(hass).async_get_or_create(
             config_entry_id=entry_id,
@@ -218,6 +227,7 @@ class XiaozhiDevice:
             "tools": [tool.as_dict() for tool in self.tools.values()],
             "queries": self.queries,
             "pending": self.pending,
+            "firmware": self.facts.as_dict() if self.facts is not None else None,
         }
 
     @property
@@ -321,6 +331,7 @@ class XiaozhiDevice:
         """A connection finished its hello: it is now the device's one connection."""
         old, self.connection = self.connection, connection
         self.last_seen = dt_util.utcnow()
+        self.address = connection.client.address or self.address
         if old is not None and old is not connection:
             _LOGGER.debug("Device %s reconnected; closing its previous connection", self.mac)
             self.hass.async_create_task(old.async_close("replaced by a new connection"))
@@ -354,8 +365,14 @@ class XiaozhiDevice:
         self._async_notify()
 
     @callback
-    def async_apply_report(self, report: DeviceReport) -> None:
-        """What the device said at its OTA check goes to the device registry."""
+    def async_apply_report(self, report: DeviceReport, address: str | None = None) -> bool:
+        """What the device said at its OTA check goes to the device registry and its facts.
+
+        True when its firmware facts changed (a new version, say): what it can install is
+        looked up again.
+        """
+        if address:
+            self.address = address
         if report.board or report.firmware or report.chip:
             dr.async_get(self.hass).async_update_device(
                 self.device_id,
@@ -363,6 +380,22 @@ class XiaozhiDevice:
                 sw_version=report.firmware or UNDEFINED,
                 hw_version=report.chip or UNDEFINED,
             )
+        facts = BoardFacts.from_dict(
+            {
+                "board": report.board,
+                "chip": report.chip,
+                "version": report.firmware,
+                "project": report.project,
+                "board_name": report.board_name,
+                "manufacturer": report.manufacturer,
+            }
+        )
+        if facts is None or facts == self.facts:
+            return False
+        self.facts = facts
+        self._persist(REPORT_SAVE_DELAY)
+        self._async_notify()
+        return True
 
     async def async_wait_ready(self, timeout: float) -> DeviceLink:
         """The live connection once its tools are known. Raises DeviceOfflineError/McpTimeoutError."""

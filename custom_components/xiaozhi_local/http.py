@@ -79,6 +79,7 @@ class XiaozhiWebSocketView(HomeAssistantView):
         client = ClientInfo(
             client_id=_param(request, "Client-Id"),
             protocol_version=_protocol_version(_param(request, "Protocol-Version")),
+            address=request.remote,
         )
         hub.async_bind_identity(device, client.client_id)
         ws = web.WebSocketResponse(

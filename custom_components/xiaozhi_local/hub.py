@@ -2,7 +2,7 @@
 
 import asyncio
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 import hashlib
 import hmac
@@ -41,13 +41,15 @@ from .const import (
     TRANSPORT_WEBSOCKET,
 )
 from .device import REPORT_SAVE_DELAY, XiaozhiDevice
+from .firmware_sources import CHECK_EVERY as FIRMWARE_CHECK_EVERY
 from .identities import IdentityJournal, token_hash
 from .link import DeviceLink
 from .notify import AnnouncementStore
 from .pairing import AUTO_PAIR_PER_HOUR, DeviceReport, Identity, PairingManager, PendingDevice, RateLimit, new_token
 from .protocol.messages import normalize_mac
 from .repairs import async_mqtt_port, async_token_accepted, async_wrong_token
-from .urls import notify_url, vision_url, websocket_url
+from .updates import FirmwareUpdates
+from .urls import firmware_url, notify_url, vision_url, websocket_url
 
 if TYPE_CHECKING:
     from .mqtt import MqttEndpoint
@@ -83,6 +85,8 @@ class XiaozhiHub:
         self.connections: set[DeviceLink] = set()  # every open link (sockets before their hello too)
         self.mqtt: MqttEndpoint | None = None  # the always-connected transport, while it listens
         self.announcements = AnnouncementStore(hass)  # for idle devices that play them (firmware 2.5)
+        self.firmware = FirmwareUpdates(hass, self)
+        self.firmware.async_configure(dict(entry.options))
         self.stopping = False  # unloading, or Home Assistant stopping: no new connections
         self.pairing = PairingManager(on_drop=self._async_schedule_abort)
         self._no_connections = asyncio.Event()
@@ -231,6 +235,11 @@ class XiaozhiHub:
     def notify_url(self, token: str) -> str:
         """Where a device fetches an announcement."""
         return notify_url(self.websocket_url(), token)
+
+    @callback
+    def firmware_url(self, token: str) -> str:
+        """Where a device fetches a firmware image."""
+        return firmware_url(self.websocket_url(), token)
 
     @callback
     def mqtt_for(self, device: XiaozhiDevice) -> dict[str, Any] | None:
@@ -446,8 +455,18 @@ class XiaozhiHub:
 
     @callback
     def async_start(self) -> None:
-        """Start the liveness sweep (one timer for every connection)."""
+        """Start the liveness sweep (one timer for every connection) and the firmware checks."""
         self.entry.async_on_unload(async_track_time_interval(self.hass, self._async_sweep, PING_INTERVAL))
+
+        @callback
+        def check_firmware(_now: datetime) -> None:
+            self.entry.async_create_background_task(
+                self.hass, self.firmware.async_check_all(), "xiaozhi_local firmware check"
+            )
+
+        self.entry.async_on_unload(
+            async_track_time_interval(self.hass, check_firmware, timedelta(seconds=FIRMWARE_CHECK_EVERY))
+        )
 
     @callback
     def _async_sweep(self, _now: datetime) -> None:
@@ -498,6 +517,7 @@ class XiaozhiHub:
         Assistant stops, where an open WebSocket would hold its shutdown up for many seconds.
         """
         self.stopping = True
+        self.firmware.async_cancel_all()
         if self.mqtt is not None:
             endpoint, self.mqtt = self.mqtt, None
             await endpoint.async_stop()

@@ -33,6 +33,8 @@ class ClientInfo:
 
     client_id: str | None
     protocol_version: int
+    address: str | None = None
+    """Where it connects from (its firmware downloads are bound to it)."""
 
 
 class DeviceLink(ABC):

@@ -501,7 +501,9 @@ class MqttEndpoint:
                     await writer.drain()
             return None
         writer.write(codec.connack(codec.ConnectCode.ACCEPTED))
-        client = ClientInfo(client_id=device.identity.client_id or connect.client_id[:64], protocol_version=3)
+        client = ClientInfo(
+            client_id=device.identity.client_id or connect.client_id[:64], protocol_version=3, address=address or None
+        )
         vision = self.hub.vision_url()
         return MqttLink(
             self.hass,

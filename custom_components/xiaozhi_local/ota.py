@@ -101,7 +101,11 @@ class XiaozhiOtaView(HomeAssistantView):
         hass = request.app[KEY_HASS]
         report = DeviceReport.from_request(body, request.headers)
         if (device := hub.async_proven(mac, report)) is not None:
-            device.async_apply_report(report)
+            if device.async_apply_report(report, request.remote):
+                hub.entry.async_create_background_task(
+                    hass, hub.firmware.async_check(device), f"xiaozhi_local firmware check {mac}"
+                )
+            hub.firmware.async_reported(device, report.firmware)
             await hub.identities.async_flush()  # the token is on disk before it leaves (identities.py)
             answer: dict[str, Any] = {
                 "server_time": server_time(hass),
@@ -111,6 +115,9 @@ class XiaozhiOtaView(HomeAssistantView):
             # to send the device back to WebSocket (NVS keeps it, but only ``mqtt`` in the answer counts).
             if (mqtt := hub.mqtt_for(device)) is not None:
                 answer["mqtt"] = mqtt
+            # Only while an install waits for this device (updates.py): never by default.
+            if (firmware := hub.firmware.ota_firmware(device)) is not None:
+                answer["firmware"] = firmware
             return web.json_response(answer)
         pending = hub.async_request_pairing(mac, report, request.remote or "")
         return web.json_response(

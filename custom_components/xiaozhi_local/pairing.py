@@ -92,6 +92,11 @@ class DeviceReport:
     client_id: str | None = None
     language: str | None = None
     serial: str | None = None
+    board_name: str | None = None
+    """``board.name``: the build's name, which the firmware project's release files carry."""
+    manufacturer: str | None = None
+    project: str | None = None
+    """``application.name``: the project the running image was built from (``xiaozhi``)."""
 
     @property
     def identity(self) -> Identity:
@@ -114,6 +119,9 @@ class DeviceReport:
             client_id=_text(headers.get("Client-Id")) or _text(body.get("uuid")),
             language=_text(headers.get("Accept-Language")) or _text(body.get("language")),
             serial=_text(headers.get("Serial-Number")),
+            board_name=_text(board.get("name")),
+            manufacturer=_text(board.get("manufacturer")),
+            project=_text(application.get("name")),
         )
 
 

@@ -3,7 +3,7 @@
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.network import NoURLAvailableError, get_url
 
-from .const import NOTIFY_PATH, OTA_PATH, VISION_PATH, WS_PATH
+from .const import FIRMWARE_PATH, NOTIFY_PATH, OTA_PATH, VISION_PATH, WS_PATH
 
 FALLBACK_BASE = "http://homeassistant.local:8123"
 
@@ -30,13 +30,21 @@ def ota_url(hass: HomeAssistant) -> str:
     return _base(hass) + OTA_PATH
 
 
+def _http_base(websocket: str) -> str:
+    """``http(s)://host:port`` of the WebSocket URL devices reach: their other requests go there too."""
+    return "http" + websocket.split("/api/", 1)[0].removeprefix("ws")
+
+
 def vision_url(websocket: str) -> str:
-    """The camera upload URL on the same host and port as the WebSocket URL devices reach."""
-    base = websocket.split("/api/", 1)[0]
-    return "http" + base.removeprefix("ws") + VISION_PATH
+    """The camera upload URL."""
+    return _http_base(websocket) + VISION_PATH
 
 
 def notify_url(websocket: str, token: str) -> str:
-    """Where a device fetches one announcement (same host and port as the WebSocket URL)."""
-    base = websocket.split("/api/", 1)[0]
-    return "http" + base.removeprefix("ws") + f"{NOTIFY_PATH}/{token}.ogg"
+    """Where a device fetches one announcement."""
+    return _http_base(websocket) + f"{NOTIFY_PATH}/{token}.ogg"
+
+
+def firmware_url(websocket: str, token: str) -> str:
+    """Where a device fetches one firmware image."""
+    return _http_base(websocket) + f"{FIRMWARE_PATH}/{token}.bin"

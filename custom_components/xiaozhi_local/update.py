@@ -1,0 +1,129 @@
+"""Each stock device's firmware as an update entity: installed, latest, install with progress.
+
+The entity only reads and commands: what the device runs is what it reported at its OTA check,
+what it could run comes from the hub's firmware sources, and installs are the hub's
+(``updates.py``). It exists once a device has reported an ESP chip and a firmware version.
+"""
+
+from typing import Any
+
+from homeassistant.components.update import (
+    UpdateDeviceClass,
+    UpdateEntity,
+    UpdateEntityDescription,
+    UpdateEntityFeature,
+)
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
+
+from .device import XiaozhiDevice
+from .entity import XiaozhiEntity, async_setup_device_entities
+from .firmware_sources import Offer, Source
+from .hub import XiaozhiConfigEntry
+from .updates import FirmwareUpdates
+
+PARALLEL_UPDATES = 0  # installs are per device and long: one must not wait for another
+
+FIRMWARE = UpdateEntityDescription(key="firmware", device_class=UpdateDeviceClass.FIRMWARE)
+
+
+async def async_setup_entry(
+    hass: HomeAssistant, entry: XiaozhiConfigEntry, async_add_entities: AddConfigEntryEntitiesCallback
+) -> None:
+    """A firmware entity for each device that reported its firmware at an OTA check."""
+    updates = entry.runtime_data.firmware
+    async_setup_device_entities(
+        hass,
+        entry,
+        async_add_entities,
+        lambda device: [("firmware", lambda: XiaozhiFirmwareUpdate(device, updates))] if device.facts else [],
+    )
+
+
+class XiaozhiFirmwareUpdate(XiaozhiEntity, UpdateEntity):
+    """The device's firmware."""
+
+    _attr_supported_features = (
+        UpdateEntityFeature.INSTALL
+        | UpdateEntityFeature.PROGRESS
+        | UpdateEntityFeature.SPECIFIC_VERSION
+        | UpdateEntityFeature.RELEASE_NOTES
+    )
+
+    def __init__(self, device: XiaozhiDevice, updates: FirmwareUpdates) -> None:
+        super().__init__(device, FIRMWARE)
+        self.updates = updates
+
+    async def async_added_to_hass(self) -> None:
+        """Follow the device and its offers; look for firmware now."""
+        await super().async_added_to_hass()
+        self.async_on_remove(self.updates.async_add_listener(self.device.mac, self.async_write_ha_state))
+        self.hass.async_create_background_task(
+            self.updates.async_check(self.device), f"xiaozhi_local firmware check {self.device.mac}"
+        )
+
+    @property
+    def _offer(self) -> Offer | None:
+        return self.updates.latest(self.device)
+
+    @property
+    def installed_version(self) -> str | None:
+        """What the device reported at its last OTA check."""
+        return self.device.facts.version if self.device.facts is not None else None
+
+    @property
+    def latest_version(self) -> str | None:
+        """The newest version a source offers; what it runs when nothing newer is known."""
+        offer = self._offer
+        return offer.version if offer is not None else self.installed_version
+
+    @property
+    def title(self) -> str | None:
+        """The firmware's project name (``xiaozhi``)."""
+        return self.device.facts.project if self.device.facts is not None else None
+
+    @property
+    def release_summary(self) -> str | None:
+        """Why the last install failed, while that is news; else the release's title or file."""
+        if (error := self.updates.last_error.get(self.device.mac)) is not None:
+            return error
+        offer = self._offer
+        return offer.summary if offer is not None else None
+
+    @property
+    def release_url(self) -> str | None:
+        """The release's page, for a published release."""
+        offer = self._offer
+        return offer.release_url if offer is not None else None
+
+    @property
+    def in_progress(self) -> bool:
+        """An install runs (waiting for the device, downloading, or rebooting)."""
+        return self.device.mac in self.updates.jobs
+
+    @property
+    def update_percentage(self) -> int | None:
+        """How much of the image the device has read; None while it is not downloading."""
+        job = self.updates.jobs.get(self.device.mac)
+        return job.percentage if job is not None else None
+
+    async def async_release_notes(self) -> str | None:
+        """The release's notes, or where the firmware comes from."""
+        offer = self._offer
+        if offer is None:
+            return None
+        if offer.notes:
+            return offer.notes
+        return {
+            Source.LOCAL: f"Local file `{offer.summary}`.",
+            Source.VENDOR: "From the device vendor's update channel.",
+            Source.RELEASES: "From the firmware project's releases.",
+        }[offer.source]
+
+    async def async_install(self, version: str | None, backup: bool, **kwargs: Any) -> None:
+        """Install it and wait until the device runs it (or raise why not)."""
+        await self.updates.async_install(self.device, version)
+
+    async def async_update(self) -> None:
+        """Asked to check now (``homeassistant.update_entity``): every source, not the kept answers."""
+        await self.updates.async_check(self.device, refresh=True)
