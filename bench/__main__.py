@@ -6,6 +6,8 @@
 
 ``talkers [N]``: N devices (100) say a wake word and a question as real-time Opus at once (``bench/talkers.py``).
 
+``firmware [N]``: N devices (100) install a 2.5 MB firmware image from Home Assistant at once (``bench/firmware.py``).
+
 ``fuzz``: hostile frames through the protocol layer (see ``bench/fuzz.py``).
 
 ``audio``: the voice audio path.
@@ -34,6 +36,7 @@ import wave
 from custom_components.xiaozhi_local.protocol.audio import OpusDecoder, OpusEncoder, Pacer
 
 from .crash import crash
+from .firmware import firmware_load
 from .fuzz import fuzz_report, run_fuzz
 from .load import load, pct
 from .mqtt import mqtt_load
@@ -212,8 +215,8 @@ def write_sections(reports: list[str]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("which", choices=["audio", "fuzz", "load", "mqtt", "talkers", "crash", "all"])
-    parser.add_argument("count", nargs="?", type=int, help="talkers: how many talk at once (default 100)")
+    parser.add_argument("which", choices=["audio", "fuzz", "load", "mqtt", "talkers", "crash", "firmware", "all"])
+    parser.add_argument("count", nargs="?", type=int, help="talkers/firmware: how many devices (default 100)")
     parser.add_argument("--trials", type=int, default=5, help="kill -9 trials for crash")
     parser.add_argument("--devices", type=int, default=1000, help="simulated devices for load")
     parser.add_argument("--concurrency", type=int, default=100, help="devices booting at once in the ramp")
@@ -249,6 +252,10 @@ def main() -> int:
         reports.append(asyncio.run(mqtt_load(**many)))
     if args.which in ("talkers", "all"):
         reports.append(asyncio.run(talkers(devices=args.count or 100, port=args.port)))
+    if args.which in ("firmware", "all"):
+        reports.append(
+            asyncio.run(firmware_load(devices=args.count or 100, concurrency=args.concurrency, port=args.port))
+        )
     if args.which in ("crash", "all"):
         report, intact = asyncio.run(crash(args.trials, args.port, args.seed))
         failed = failed or not intact
