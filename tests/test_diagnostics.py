@@ -59,6 +59,11 @@ async def test_diagnostics_without_secrets(
     assert kitchen["last_values"]["self.get_device_status"]["network"]["ssid"] == "**REDACTED**"
     desk = next(d for d in hub_diag["devices"] if d["mac"] == MAC2)
     assert desk["connected"] is False
+    # Firmware: nothing reported over a bare WebSocket; the remote sources are off by default.
+    assert kitchen["firmware"] == {"facts": None, "offers": [], "install": None, "last_error": None}
+    assert hub_diag["firmware_sources"]["vendor"] is None
+    assert hub_diag["firmware_sources"]["releases"] is None
+    assert hub_diag["firmware_sources"]["refused_files"] == {}
     # One device's own diagnostics.
     xdev = setup_integration.runtime_data.devices[MAC]
     entry = dr.async_get(hass).async_get(xdev.device_id)

@@ -47,6 +47,12 @@ def ota_url(client: TestClient[Any, Any]) -> str:
     return str(client.make_url("/api/xiaozhi_local/ota/"))
 
 
+@pytest.fixture(autouse=True)
+def every_percent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entity shows every new percent (a loopback download takes less than a second)."""
+    monkeypatch.setattr(updates, "PROGRESS_EVERY", 0.0)
+
+
 @pytest.fixture
 def firmware_dir(hass: HomeAssistant, tmp_path: Path) -> Path:
     """Home Assistant's configuration directory in tmp, with the local firmware folder."""
@@ -130,7 +136,12 @@ async def install(hass: HomeAssistant, version: str | None = None, entity_id: st
 
 
 async def test_a_local_file_is_offered_and_installed_through_the_devices_tool(
-    hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory, firmware_dir: Path, client: TestClient[Any, Any]
+    hass: HomeAssistant,
+    hub: XiaozhiHub,
+    make_mqtt: MqttFactory,
+    firmware_dir: Path,
+    client: TestClient[Any, Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     image = put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0", size=300_000))
     device = await make_mqtt()
@@ -174,6 +185,25 @@ async def test_a_local_file_is_offered_and_installed_through_the_devices_tool(
     assert not hub.firmware.jobs
     await online(hub)
     await hass.async_block_till_done(wait_background_tasks=True)
+
+
+async def test_progress_is_shown_at_most_every_second(
+    hass: HomeAssistant,
+    hub: XiaozhiHub,
+    make_mqtt: MqttFactory,
+    firmware_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every state change goes to the recorder: a quick download shows its start and its end only."""
+    monkeypatch.setattr(updates, "PROGRESS_EVERY", 3600.0)
+    put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0", size=300_000))
+    await make_mqtt()
+    await online(hub)
+    await offered(hass, "2.5.0")
+    progress = Progress(hass)
+    await install(hass)
+    assert progress.percentages == [0, 100], progress.seen
+    progress.unsubscribe()
 
 
 async def test_a_device_without_the_tool_gets_firmware_in_its_next_ota_answer(
@@ -368,6 +398,9 @@ async def test_files_that_are_not_for_the_device_are_never_offered(
     assert "project 'other'" in refused[f"{BOARD}_3.0.0.bin for {BOARD}"]
     assert "not named" in refused["firmware.bin"]
     assert "other-board_9.0.0.bin" not in refused
+    diagnostics = hub.firmware.diagnostics(hub.devices[MAC])
+    assert diagnostics["facts"]["version"] == "2.4.2"
+    assert diagnostics["offers"] == [{"version": "2.5.0", "source": "local", "summary": f"{BOARD}_2.5.0.bin"}]
     assert caplog.text.count(f"{BOARD}_2.7.0.bin") == 1  # said once, not at every check
     await offered(hass, "2.5.0")
     assert caplog.text.count(f"{BOARD}_2.7.0.bin") == 1

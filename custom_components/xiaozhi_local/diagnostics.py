@@ -15,6 +15,7 @@ from homeassistant.helpers import device_registry as dr
 from .const import CONF_CLIENT_ID, CONF_SERIAL, CONF_TOKEN, DOMAIN
 from .device import XiaozhiDevice
 from .hub import XiaozhiConfigEntry
+from .updates import FirmwareUpdates
 from .urls import ota_url
 
 TO_REDACT = {
@@ -33,7 +34,7 @@ TO_REDACT = {
 }
 
 
-def _device(device: XiaozhiDevice) -> dict[str, Any]:
+def _device(device: XiaozhiDevice, firmware: FirmwareUpdates) -> dict[str, Any]:
     connection = device.connection
     session = connection.session if connection is not None else None
     hello = session.hello if session is not None else None
@@ -56,6 +57,7 @@ def _device(device: XiaozhiDevice) -> dict[str, Any]:
         if device.photo is not None
         else None,
         "voice": device.voice is not None,
+        "firmware": firmware.diagnostics(device),
     }
     if connection is not None and session is not None:
         data["connection"] = {
@@ -105,7 +107,13 @@ async def async_get_config_entry_diagnostics(hass: HomeAssistant, entry: Xiaozhi
             "open_audio_channels": len(hub.mqtt.channels),
             "refused": hub.mqtt.refused,
         },
-        "devices": [_device(device) for device in hub.devices.values()],
+        "firmware_sources": {
+            "vendor": hub.firmware.vendor.url if hub.firmware.vendor is not None else None,
+            "releases": hub.firmware.releases.url if hub.firmware.releases is not None else None,
+            "local_folder": str(hub.firmware.local.folder),
+            "refused_files": dict(hub.firmware.local.refused),
+        },
+        "devices": [_device(device, hub.firmware) for device in hub.devices.values()],
     }
 
 
@@ -117,4 +125,4 @@ async def async_get_device_diagnostics(
     device = entry.runtime_data.devices.get(mac) if mac else None
     if device is None:
         return {"error": "not a paired device"}
-    return _device(device)
+    return _device(device, entry.runtime_data.firmware)

@@ -176,6 +176,19 @@ class LocalFolder:
             del self.refused[gone]
         return files
 
+    def current(self, path: Path, sha256: str) -> AppImage:
+        """The file's image (blocking), still the one offered: read again only if it changed since."""
+        stat = path.stat()
+        stamp = (stat.st_size, stat.st_mtime_ns)
+        known = self._known.get(path.name)
+        if known is not None and known[0] == stamp and known[1].path == path and known[1].image is not None:
+            image = known[1].image
+        else:
+            image = check_file(path)
+        if image.sha256 != sha256:
+            raise FirmwareError("the file changed since it was offered; refresh the update and try again")
+        return image
+
     def _refuse(self, name: str, why: str) -> None:
         if self.refused.get(name) != why:
             _LOGGER.warning("Firmware file %s in %s is not offered to any device: %s", name, self.folder, why)

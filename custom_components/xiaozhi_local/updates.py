@@ -60,9 +60,8 @@ from .firmware_sources import (
     SourceUnavailable,
     VendorChannel,
     async_fetch,
-    check_file,
 )
-from .protocol.firmware import AppImage, BoardFacts, FirmwareError, is_newer, parse_version
+from .protocol.firmware import BoardFacts, FirmwareError, is_newer, parse_version
 from .protocol.mcp import McpConnectionError, McpError, McpRemoteError, McpTimeoutError
 from .tool_map import STATUS
 
@@ -99,6 +98,8 @@ REFUSE_GRACE: Final = 30.0
 RETURN_TIMEOUT: Final = 240.0
 """Seconds after its download a device has to come back reporting a version."""
 CHUNK: Final = 64 * 1024
+PROGRESS_EVERY: Final = 1.0
+"""Seconds between two progress updates of an install's entity."""
 SEND_BUFFER: Final = 64 * 1024
 """The kernel's send buffer of a download (what may wait for the device beyond what it read)."""
 ACK_POLL: Final = 0.1
@@ -141,6 +142,8 @@ class InstallJob:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     """Something the waiting install may care about (connected, idle, cancelled)."""
     cancelled: bool = False
+    shown: float = 0.0
+    """When the entity last showed a new percentage (loop time)."""
     tool_call: asyncio.Task[None] | None = None
     """``self.upgrade_firmware`` under way (cancelled with the install: no call outlives it)."""
 
@@ -184,6 +187,7 @@ class FirmwareUpdates:
         self._downloads: dict[str, Download] = {}
         self._data: dict[str, tuple[bytes, int]] = {}  # one copy of each image being served, by SHA-256
         self.images_read = 0  # times an image was read from disk to be served (diagnostics, tests)
+        self._reading: dict[str, asyncio.Lock] = {}
         self._listeners: dict[str, list[Callable[[], None]]] = {}
         self._files: list[LocalFile] = []
         self._scanned = -LOCAL_SCAN_EVERY
@@ -342,7 +346,8 @@ class FirmwareUpdates:
         """The offer's checked image on disk (a remote one is fetched now)."""
         try:
             if offer.path is not None and offer.image is not None:
-                image = await self.hass.async_add_executor_job(_recheck, offer.path, offer.image.sha256)
+                # The file may have changed since it was offered (read again only then).
+                image = await self.hass.async_add_executor_job(self.local.current, offer.path, offer.image.sha256)
                 facts.check(image, offer.version)
                 return ImageFile(offer.path, image)
             return await async_fetch(self.hass, offer, facts, self.cache)
@@ -578,12 +583,13 @@ class FirmwareUpdates:
     async def async_data(self, job: InstallJob) -> bytes:
         """The image's bytes: one copy however many devices fetch it (released after the last)."""
         key = job.image.image.sha256
-        if (held := self._data.get(key)) is None:
-            data = await self.hass.async_add_executor_job(_read_image, job.image)
-            self.images_read += 1
-            held = self._data.get(key) or (data, 0)
-        self._data[key] = (held[0], held[1] + 1)
-        return held[0]
+        async with self._reading.setdefault(key, asyncio.Lock()):  # downloads starting together read it once
+            if key not in self._data:
+                self._data[key] = (await self.hass.async_add_executor_job(_read_image, job.image), 0)
+                self.images_read += 1
+            data, users = self._data[key]
+            self._data[key] = (data, users + 1)
+        return data
 
     @callback
     def release_data(self, job: InstallJob) -> None:
@@ -592,15 +598,33 @@ class FirmwareUpdates:
         data, users = self._data[key]
         if users <= 1:
             del self._data[key]
+            if (lock := self._reading.get(key)) is not None and not lock.locked():
+                del self._reading[key]
         else:
             self._data[key] = (data, users - 1)
 
     @callback
+    def async_downloading(self, job: InstallJob) -> None:
+        """The device has started its download (the entity shows 0 %)."""
+        job.phase = Phase.DOWNLOADING
+        job.sent = 0
+        job.shown = self.hass.loop.time()
+        job.started.set()
+        job.changed.set()
+        self._notify(job.device.mac)
+
+    @callback
     def async_progress(self, job: InstallJob, sent: int) -> None:
-        """The device has read ``sent`` bytes (the entity shows each new percent)."""
+        """The device has read ``sent`` bytes: the entity shows a new percent at most every second.
+
+        Each state change is written to the recorder and to every open frontend: a hundred
+        devices on a fast network would otherwise make thousands a second.
+        """
         before = job.percentage
         job.sent = sent
-        if job.percentage != before:
+        now = self.hass.loop.time()
+        if job.percentage != before and (job.percentage == 100 or now - job.shown >= PROGRESS_EVERY):
+            job.shown = now
             self._notify(job.device.mac)
 
     def diagnostics(self, device: XiaozhiDevice) -> dict[str, Any]:
@@ -622,14 +646,6 @@ class FirmwareUpdates:
 def _busy(device: XiaozhiDevice) -> bool:
     """Whether a conversation turn, a reply or an announcement runs on the device now."""
     return device.voice is not None and device.voice.busy
-
-
-def _recheck(path: Path, sha256: str) -> AppImage:
-    """Blocking: a local file checked again right before it is served (it may have changed)."""
-    image = check_file(path)
-    if image.sha256 != sha256:
-        raise FirmwareError("the file changed since it was checked; refresh the update and try again")
-    return image
 
 
 def _read_image(image: ImageFile) -> bytes:
@@ -692,11 +708,8 @@ class XiaozhiFirmwareView(HomeAssistantView):
             job.finished.set()
             job.changed.set()
             raise web.HTTPNotFound from None
-        job.phase = Phase.DOWNLOADING
-        job.started.set()
-        job.changed.set()
+        updates.async_downloading(job)
         sending = _Sending(request, data, lambda read: updates.async_progress(job, read))
-        sending.progress(0)
         try:
             await sending.async_run()
         except DownloadInterrupted as err:
