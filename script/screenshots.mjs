@@ -54,6 +54,14 @@ await page.waitForTimeout(500);
 await open(`/config/devices/device/${deviceId}`, "Volume");
 await shot("device", true);
 
+// The paired device's firmware: the demo's 2.5.0 image offered to its 2.4.2, in the update dialog.
+await open(`/config/devices/device/${deviceId}`, "Update available");
+await page.getByText("Update available").first().click();
+await page.waitForTimeout(4000); // the dialog opens, then its release notes load
+await shot("update");
+await page.keyboard.press("Escape");
+await page.waitForTimeout(500);
+
 // Voice assistants: the device among the assistants' devices.
 await open("/config/voice-assistants/assistants", "Assist");
 await shot("voice-assistants");
