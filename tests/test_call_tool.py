@@ -6,6 +6,7 @@ from typing import Any
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 from homeassistant.helpers import device_registry as dr
+from homeassistant.setup import async_setup_component
 import pytest
 
 from custom_components.xiaozhi_local.const import DOMAIN
@@ -155,10 +156,37 @@ async def test_device_disconnects_mid_call(hass: HomeAssistant, make_device: Dev
 
 async def test_device_offline(hass: HomeAssistant, make_device: DeviceFactory) -> None:
     await make_device()  # the other device is connected; MAC2 is not
-    with pytest.raises(HomeAssistantError) as err:
+    # A request that cannot be served now, not a fault: HA answers 400 and logs no error.
+    with pytest.raises(ServiceValidationError) as err:
         await call(hass, "self.get_device_status", mac=MAC2)
     assert err.value.translation_key == "device_offline"
     assert "Desk is not connected" in str(err.value)
+
+
+@pytest.fixture
+async def rest_api(hass: HomeAssistant, setup_integration: Any) -> None:
+    """HA's REST API, set up before the HTTP server starts (its router is frozen then)."""
+    assert await async_setup_component(hass, "api", {})
+
+
+async def test_device_offline_over_the_rest_api(
+    hass: HomeAssistant,
+    rest_api: None,
+    make_device: DeviceFactory,
+    hass_client: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What an automation tool calling the REST API gets: 400 and the message, no "Error during service call"."""
+    await make_device()
+    desk = hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC2]
+    http = await hass_client()
+    response = await http.post(
+        "/api/services/xiaozhi_local/call_tool",
+        json={"device_id": desk.device_id, "tool": "self.get_device_status"},
+    )
+    assert response.status == 400
+    assert "Desk is not connected" in (await response.json())["message"]
+    assert "Error during service call" not in caplog.text
 
 
 async def test_unknown_device(hass: HomeAssistant, client: Any) -> None:

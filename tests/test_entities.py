@@ -411,6 +411,7 @@ async def test_entities_follow_a_device_added_later(
             "vad_sensitivity",
             "reboot",
             "transport",
+            "transport_state",
         )
     }
     from xiaozhi_sim import SimulatorOptions

@@ -243,6 +243,25 @@ async def test_announce(hass: HomeAssistant, ready: Voice, device: SimulatedDevi
     assert len(device.speaker_pcm) / 2 / 24000 >= speech_seconds("Dinner is ready") - 0.1
 
 
+async def test_announce_during_a_listening_turn_is_the_only_speech(
+    hass: HomeAssistant, ready: Voice, device: SimulatedDevice
+) -> None:
+    """No empty tts start/stop pair first: the device goes speaking once, and hears all of it."""
+    await device.send_json({"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"})
+    device.device_state = "listening"
+    await wait_state(hass, "assist_satellite.kitchen", "listening")
+    await hass.services.async_call(
+        "assist_satellite",
+        "announce",
+        {"entity_id": "assist_satellite.kitchen", "message": "Dinner is ready", "preannounce": False},
+        blocking=True,
+    )
+    await tts_stops(device)
+    assert kinds(device) == ["tts:start", "tts:sentence_start", "tts:stop"]
+    assert len(device.speaker_pcm) / 2 / 24000 >= speech_seconds("Dinner is ready") - 0.1
+    await hass.async_block_till_done(wait_background_tasks=True)
+
+
 async def test_announce_while_away(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
     from homeassistant.exceptions import HomeAssistantError
 

@@ -120,7 +120,12 @@ class _Udp(asyncio.DatagramProtocol):
 
 
 class MqttDevice(SimulatedDevice):
-    """A stock device whose OTA answer carried ``mqtt``: online from boot, audio over UDP."""
+    """A stock device that speaks both transports, each boot the one its OTA answer picks.
+
+    ``InitializeProtocol``: MQTT+UDP when the answer has ``mqtt`` (online from boot, audio over
+    UDP), else WebSocket when it has ``websocket`` (a socket per conversation), else MQTT with
+    what flash holds. Flash keeps the settings of earlier answers either way.
+    """
 
     def __init__(self, options: SimulatorOptions, mqtt: dict[str, Any] | None = None) -> None:
         options.protocol_version = 1  # audio packets travel bare inside the datagrams
@@ -146,6 +151,8 @@ class MqttDevice(SimulatedDevice):
         self.datagrams_dropped = 0
         self._reboot_timer: asyncio.TimerHandle | None = None
         self.publishes_received = 0
+        self.transport = "mqtt"
+        """What this boot chose: ``mqtt``, or ``websocket`` (then it behaves as ``SimulatedDevice``)."""
 
     # -- boot and the MQTT session ----------------------------------------------------------
 
@@ -153,13 +160,19 @@ class MqttDevice(SimulatedDevice):
         """The OTA check, then the transport it chose (``mqtt`` wins, as in ``InitializeProtocol``)."""
         self._boot_again = lambda: self.boot_mqtt(ota_url, **kwargs)
         answer = await self.check_ota(ota_url, **kwargs)
-        if "mqtt" not in answer:
-            self.nvs.pop("mqtt", None)  # (the firmware keeps it, but only uses it if OTA fails)
+        if "mqtt" not in answer and isinstance(answer.get("websocket"), dict):
+            self.transport = "websocket"  # flash keeps the MQTT settings; this boot does not use them
             self.use_websocket_settings()
             return answer
+        self.transport = "mqtt"
         if self.options.flavor != "py-xiaozhi":  # py-xiaozhi connects when a conversation starts
             await self.start()
         return answer
+
+    @property
+    def on_websocket(self) -> bool:
+        """Whether this boot chose WebSocket (the device then opens a socket per conversation)."""
+        return self.transport == "websocket"
 
     @property
     def uses_mqtt(self) -> bool:
@@ -300,6 +313,9 @@ class MqttDevice(SimulatedDevice):
 
     async def connect(self) -> None:
         """``OpenAudioChannel``: (re)connect MQTT if needed, hello v3, wait 10 s, open UDP."""
+        if self.on_websocket:
+            await super().connect()
+            return
         self._check_not_upgrading()
         if self._writer is None or self._writer.is_closing():
             await self.start()
@@ -322,6 +338,8 @@ class MqttDevice(SimulatedDevice):
 
     def hello(self) -> dict[str, Any]:
         """``MqttProtocol::GetHelloMessage`` (py-xiaozhi: its own, 20 ms frames)."""
+        if self.on_websocket:
+            return super().hello()
         if self.options.flavor == "py-xiaozhi":
             return {
                 "type": "hello",
@@ -418,6 +436,9 @@ class MqttDevice(SimulatedDevice):
 
     async def send_json(self, msg: dict[str, Any]) -> None:
         """``SendText``: one PUBLISH to the publish topic."""
+        if self.on_websocket:
+            await super().send_json(msg)
+            return
         if self._writer is None or self._writer.is_closing():
             raise ConnectionError("MQTT is not connected")
         self._writer.write(mqtt_publish(self._topic(), json.dumps(msg, ensure_ascii=False).encode()))
@@ -425,6 +446,9 @@ class MqttDevice(SimulatedDevice):
 
     async def send_raw(self, frame: str | bytes) -> None:
         """Text as a PUBLISH; bytes are one Opus packet for the audio channel."""
+        if self.on_websocket:
+            await super().send_raw(frame)
+            return
         if isinstance(frame, bytes):
             self.send_datagram(frame, self.local_sequence * self.frame_ms)
         else:
@@ -450,7 +474,7 @@ class MqttDevice(SimulatedDevice):
 
     async def drop(self) -> None:
         """Power off: the TCP connection and the UDP socket vanish without a word."""
-        await self._stop_power_cycle()
+        await super().drop()  # a WebSocket conversation, and a reboot under way
         if self._writer is not None:
             self._writer.transport.abort()
             self._writer = None
@@ -479,6 +503,9 @@ class MqttDevice(SimulatedDevice):
             await asyncio.sleep(reconnect_interval)
 
     def _schedule_reboot(self) -> None:
+        if self.on_websocket:
+            super()._schedule_reboot()
+            return
         self.rebooted = True
         self.device_state = "idle"
         if self._writer is not None:
@@ -487,5 +514,8 @@ class MqttDevice(SimulatedDevice):
 
     async def _close_audio_channel(self) -> None:
         """``CloseAudioChannel`` before an upgrade: the UDP channel goes (with a goodbye); MQTT stays."""
+        if self.on_websocket:
+            await super()._close_audio_channel()
+            return
         if self._udp is not None:
             self._close_channel(send_goodbye=True)

@@ -80,6 +80,7 @@ async def _async_entry_updated(hass: HomeAssistant, entry: XiaozhiConfigEntry) -
     entry.runtime_data.firmware.async_configure(dict(entry.options))  # the firmware sources may have changed
     async_check_url(hass, dict(entry.options))
     await entry.runtime_data.async_start_mqtt()  # ports or the choice may have changed
+    entry.runtime_data.async_transport_changed()  # devices on the other transport restart when they can
 
 
 async def async_unload_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:

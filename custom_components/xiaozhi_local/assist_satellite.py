@@ -768,14 +768,27 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         return connection
 
     async def async_internal_announce(self, *args: Any, **kwargs: Any) -> None:
-        """Refuse before any speech is made when the device is away."""
+        """Refuse before any speech is made when the device is away; the announcement replaces a turn."""
         self._connection_or_raise()
+        self._supersede()
         await super().async_internal_announce(*args, **kwargs)
 
     async def async_internal_start_conversation(self, *args: Any, **kwargs: Any) -> None:
-        """Refuse before any speech is made when the device is away."""
+        """Refuse before any speech is made when the device is away; it replaces a running turn."""
         self._connection_or_raise()
+        self._supersede()
         await super().async_internal_start_conversation(*args, **kwargs)
+
+    @callback
+    def _supersede(self) -> None:
+        """The exchange that runs gives way to an announcement, silently.
+
+        Home Assistant cancels its pipeline next; without this its end would send the empty
+        ``tts start``/``stop`` pair that returns a device to listening, and the announcement
+        would follow it (the device going speaking, listening, speaking for nothing).
+        """
+        if self._run is not None:
+            self._run.cancel()
 
     async def async_announce(self, announcement: AssistSatelliteAnnouncement) -> None:
         """Speak it now, blocking until it has been played. The device must be connected.

@@ -13,11 +13,11 @@ import hmac
 import itertools
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from homeassistant.config_entries import ConfigSubentry
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
-from homeassistant.exceptions import HomeAssistantError
+from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers.json import json_bytes
 from homeassistant.helpers.typing import UNDEFINED
@@ -104,9 +104,15 @@ class DeviceOfflineError(McpConnectionError):
     """The device has no open connection now."""
 
 
+NOT_NOW: Final = frozenset({"device_offline", "update_offline"})
+"""Refusals of a request that cannot be served while the device is away: ServiceValidationError,
+which Home Assistant answers with 400 and does not log as an error (a 500 means a fault of ours)."""
+
+
 def translated_error(key: str, **placeholders: str) -> HomeAssistantError:
     """A HomeAssistantError with a translated message (``exceptions.<key>`` in strings.json)."""
-    return HomeAssistantError(translation_domain=DOMAIN, translation_key=key, translation_placeholders=placeholders)
+    kind = ServiceValidationError if key in NOT_NOW else HomeAssistantError
+    return kind(translation_domain=DOMAIN, translation_key=key, translation_placeholders=placeholders)
 
 
 def tool_error(err: McpError, device: str, tool: str) -> HomeAssistantError:
@@ -186,6 +192,11 @@ class XiaozhiDevice:
         """What its last OTA check said of its board and firmware (stock firmware only)."""
         self.address: str | None = None
         """The network address it last reached Home Assistant from (OTA check or connection)."""
+        told = cache.get("transport")
+        self.told_transport: str | None = told if isinstance(told, str) else None
+        """What its last OTA answer told it to use (``mqtt`` or ``websocket``): see transport.py."""
+        self.transport_restart_sent = False  # restarted for its transport since that answer
+        self.restart_at_end = False  # on WebSocket, restart it when its conversation ends (transport.py)
         """Settings made while the device was away: key → {tool, arguments, value}."""
         registry_entry = dr.async_get(hass).async_get_or_create(
             config_entry_id=entry_id,
@@ -228,6 +239,7 @@ class XiaozhiDevice:
             "queries": self.queries,
             "pending": self.pending,
             "firmware": self.facts.as_dict() if self.facts is not None else None,
+            "transport": self.told_transport,
         }
 
     @property
@@ -396,6 +408,15 @@ class XiaozhiDevice:
         self._persist(REPORT_SAVE_DELAY)
         self._async_notify()
         return True
+
+    @callback
+    def async_told(self, transport: str) -> None:
+        """Its OTA answer named this transport: it uses it from this boot on."""
+        self.transport_restart_sent = False
+        if transport != self.told_transport:
+            self.told_transport = transport
+            self._persist(REPORT_SAVE_DELAY)
+        self._async_notify()
 
     async def async_wait_ready(self, timeout: float) -> DeviceLink:
         """The live connection once its tools are known. Raises DeviceOfflineError/McpTimeoutError."""

@@ -18,6 +18,7 @@ from homeassistant.helpers.event import async_track_time_interval
 from homeassistant.helpers.json import json_bytes
 from homeassistant.helpers.storage import Store
 
+from . import transport
 from .const import (
     CONF_ACCEPT_WITHOUT_CODE,
     CONF_CLIENT_ID,
@@ -97,6 +98,7 @@ class XiaozhiHub:
         self.identities = IdentityJournal(hass, entry.entry_id)
         self._auto_pairing = RateLimit(AUTO_PAIR_PER_HOUR, 3600.0)
         self._device_listeners: list[Callable[[XiaozhiDevice], None]] = []
+        self._transport_listeners: list[Callable[[], None]] = []
         self._logged: dict[str, float] = {}
         self._sweeps = 0
 
@@ -165,6 +167,20 @@ class XiaozhiHub:
                 self.hass.config_entries.async_update_subentry(self.entry, sub, data={**sub.data, **data})
 
     @callback
+    def async_add_transport_listener(self, listener: Callable[[], None]) -> CALLBACK_TYPE:
+        """Be told when the connection choice may have changed (the hub option, a device's select)."""
+        self._transport_listeners.append(listener)
+        return lambda: self._transport_listeners.remove(listener)
+
+    @callback
+    def async_transport_changed(self) -> None:
+        """The connection choice may have changed: every device follows it (transport.py)."""
+        for device in list(self.devices.values()):
+            transport.async_follow(self.hass, self, device)
+        for listener in list(self._transport_listeners):
+            listener()
+
+    @callback
     def async_add_device_listener(self, listener: Callable[[XiaozhiDevice], None]) -> CALLBACK_TYPE:
         """Be told of each device added from now on (platforms add its entities)."""
         self._device_listeners.append(listener)
@@ -195,6 +211,8 @@ class XiaozhiHub:
                 )
                 self.devices[mac] = device
                 self._by_device_id[device.device_id] = device
+                # Connected, a conversation over, a new OTA answer: it may have to change transport.
+                device.async_add_listener(lambda d=device: transport.async_follow(self.hass, self, d))  # type: ignore[misc]
                 for listener in list(self._device_listeners):
                     listener(device)
             self.identities.note(mac, device.token, device.identity, device.name)
@@ -250,7 +268,9 @@ class XiaozhiHub:
         """
         if self.mqtt is None or not self.mqtt.listening or device.open:
             return None
-        choice = self.entry.subentries[device.subentry_id].data.get(CONF_TRANSPORT)
+        if (subentry := self.entry.subentries.get(device.subentry_id)) is None:
+            return None  # being removed
+        choice = subentry.data.get(CONF_TRANSPORT)
         wanted = (
             self.entry.options.get(CONF_MQTT, True)
             if choice not in (TRANSPORT_MQTT, TRANSPORT_WEBSOCKET)

@@ -26,6 +26,10 @@ from .protocol.session import DeviceSession
 
 _LOGGER = logging.getLogger(__name__)
 
+RESTART_CLOSE = 3.0
+"""Seconds after a restart was sent before the socket is closed from our side (the firmware closes
+it itself after about one)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ClientInfo:
@@ -88,8 +92,32 @@ class DeviceLink(ABC):
         """Whether downlink audio reaches the device now (a conversation channel is open)."""
         return True
 
+    @property
+    def conversation_open(self) -> bool:
+        """Whether a conversation is open (WebSocket: the connection is one)."""
+        return True
+
     async def async_end_conversation(self, reason: str) -> None:
-        """End the conversation the way the device understands (WebSocket: close the socket)."""
+        """End the conversation the way the device understands (WebSocket: close the socket).
+
+        A device that must move to the other transport (transport.py) is restarted instead: it
+        closes the socket itself, checks OTA at boot and comes back on the transport chosen.
+        """
+        device = self.device
+        if device.restart_at_end and device.connection is self:
+            device.restart_at_end = False
+            device.transport_restart_sent = True
+            _LOGGER.info("Restarting %s at the end of its conversation: its connection choice changed", device.mac)
+            if await self.async_send_json({"type": "system", "command": "reboot"}):
+
+                @callback
+                def close(_now: Any) -> None:
+                    self._cancel_idle = None
+                    self.hass.async_create_task(self.async_close(reason))  # if it did not close itself
+
+                self.touch()
+                self._cancel_idle = async_call_later(self.hass, RESTART_CLOSE, close)  # ends with the link
+                return
         await self.async_close(reason)
 
     # -- conversation timing ------------------------------------------------------------------

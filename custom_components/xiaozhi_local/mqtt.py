@@ -196,6 +196,11 @@ class MqttLink(DeviceLink):
     # -- the audio channel ---------------------------------------------------------------------
 
     @property
+    def conversation_open(self) -> bool:
+        """Whether the device opened its audio channel (hello) and has not said goodbye."""
+        return self.channel is not None
+
+    @property
     def audio_open(self) -> bool:
         """Audio reaches the device only through a channel it opened and proved (a datagram)."""
         return self.channel is not None and self.peer is not None

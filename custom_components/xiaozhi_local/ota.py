@@ -19,7 +19,7 @@ from homeassistant.core import HomeAssistant
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 from homeassistant.util import dt as dt_util
 
-from .const import MAX_OTA_BODY, OTA_PATH
+from .const import MAX_OTA_BODY, OTA_PATH, TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
 from .hub import XiaozhiHub, async_get_hub
 from .pairing import DeviceReport, activation_message
 from .protocol.messages import loads, normalize_mac
@@ -115,6 +115,7 @@ class XiaozhiOtaView(HomeAssistantView):
             # to send the device back to WebSocket (NVS keeps it, but only ``mqtt`` in the answer counts).
             if (mqtt := hub.mqtt_for(device)) is not None:
                 answer["mqtt"] = mqtt
+            device.async_told(TRANSPORT_MQTT if mqtt is not None else TRANSPORT_WEBSOCKET)
             # Only while an install waits for this device (updates.py): never by default.
             if (firmware := hub.firmware.ota_firmware(device)) is not None:
                 answer["firmware"] = firmware

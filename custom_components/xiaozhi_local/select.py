@@ -104,15 +104,13 @@ class XiaozhiTransportSelect(XiaozhiEntity, SelectEntity):
         return choice if choice in (TRANSPORT_MQTT, TRANSPORT_WEBSOCKET) else TRANSPORT_HUB
 
     async def async_select_option(self, option: str) -> None:
-        """Store it; the hub's endpoint starts if this device is the first to want MQTT."""
+        """Store it; the device follows at the first moment it can (transport.py).
+
+        The hub's endpoint starts if this device is the first to want MQTT (the entry's update).
+        """
         subentry = self.entry.subentries[self.device.subentry_id]
         data = {key: value for key, value in subentry.data.items() if key != CONF_TRANSPORT}
         if option != TRANSPORT_HUB:
             data[CONF_TRANSPORT] = option
         self.hass.config_entries.async_update_subentry(self.entry, subentry, data=data)
         self.async_write_ha_state()
-        link = self.device.connection
-        hub = self.entry.runtime_data
-        if link is not None and link.transport_name == "mqtt" and hub.mqtt_for(self.device) is None:
-            # Off MQTT: the device learns that at its OTA check, which runs at boot. Now, then.
-            await self.device.async_restart_quietly()

@@ -1,0 +1,97 @@
+"""A device's connection choice reaches the device by itself, at the first moment it can.
+
+The stock firmware picks its transport from its OTA answer at boot (``mqtt`` wins over
+``websocket``) and checks OTA only then: a changed choice (the device's Connection select, the
+hub's "Keep devices connected") takes effect once the device restarts. So a device found on the
+other transport than the one chosen is restarted:
+
+- over MQTT, as soon as no conversation is open (after its ``goodbye``);
+- over WebSocket, where the connection is the conversation, when Home Assistant ends that
+  conversation (silence or idle timeout): the restart takes the place of the close.
+
+Only a device whose transport follows our answer is restarted: one found on the transport its
+last OTA answer named (the answer is stale). A client that picks its transport itself (py-xiaozhi
+in WebSocket mode, browser pages, xiaozhi-sdk, load testers) is on another one than we told it,
+and is left alone. One restart per OTA answer: a device that comes back on the same transport
+without a new OTA check (its check failed, say) is not restarted again until it checks.
+"""
+
+from enum import StrEnum
+import logging
+from typing import TYPE_CHECKING
+
+from homeassistant.core import HomeAssistant, callback
+
+from .const import TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
+from .device import XiaozhiDevice
+
+if TYPE_CHECKING:
+    from .hub import XiaozhiHub
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class TransportState(StrEnum):
+    """How a device is connected, and whether a change waits (the Transport sensor's states)."""
+
+    MQTT = "mqtt"
+    WEBSOCKET = "websocket"
+    OFFLINE = "offline"
+    TO_MQTT = "to_mqtt"
+    """On WebSocket, or off: it moves to MQTT+UDP when it next connects (after that conversation)."""
+    TO_WEBSOCKET = "to_websocket"
+    """On MQTT, or off: it moves to WebSocket once its conversation is over, or when it connects."""
+
+
+def wanted(hub: XiaozhiHub, device: XiaozhiDevice) -> str:
+    """The transport the device should use now (what its next OTA answer says)."""
+    return TRANSPORT_MQTT if hub.mqtt_for(device) is not None else TRANSPORT_WEBSOCKET
+
+
+def _follows(device: XiaozhiDevice, current: str) -> bool:
+    """Whether the device is on the transport its last OTA answer named (it follows our answers).
+
+    An MQTT connection with no answer recorded (before this was kept) was handed out by OTA too.
+    """
+    told = device.told_transport or (TRANSPORT_MQTT if current == TRANSPORT_MQTT else None)
+    return told == current
+
+
+def state(hub: XiaozhiHub, device: XiaozhiDevice) -> TransportState:
+    """What the device page shows: the real transport, or the change that waits."""
+    want = wanted(hub, device)
+    link = device.connection
+    current = link.transport_name if link is not None else device.told_transport
+    if current is None or (link is not None and not _follows(device, current)):
+        # Never told, or a client that picks its own transport: no change waits for it.
+        return TransportState(link.transport_name) if link is not None else TransportState.OFFLINE
+    if current != want and not device.transport_restart_sent:
+        return TransportState.TO_MQTT if want == TRANSPORT_MQTT else TransportState.TO_WEBSOCKET
+    return TransportState(current) if link is not None else TransportState.OFFLINE
+
+
+@callback
+def async_follow(hass: HomeAssistant, hub: XiaozhiHub, device: XiaozhiDevice) -> None:
+    """Restart the device now if it is on the wrong transport and no conversation is open.
+
+    Called whenever the device changes (connected, conversation over, choice changed). Over
+    WebSocket it only marks the device: the end of the conversation restarts it (``link.py``).
+    """
+    link = device.connection
+    device.restart_at_end = False
+    if link is None or device.transport_restart_sent or hub.stopping:
+        return
+    current = link.transport_name
+    want = wanted(hub, device)
+    if current == want or not _follows(device, current):
+        return
+    if current == TRANSPORT_WEBSOCKET:
+        device.restart_at_end = True
+        return
+    if link.conversation_open or (device.voice is not None and device.voice.busy):
+        return  # in a conversation: once it is over (the channel's close tells again)
+    device.transport_restart_sent = True
+    _LOGGER.info("Restarting %s: it is on %s, its connection choice is %s", device.name, current, want)
+    hub.entry.async_create_background_task(
+        hass, device.async_restart_quietly(), f"xiaozhi_local transport {device.mac}"
+    )
