@@ -14,6 +14,7 @@ device's Firmware entity has an update to install.
 Usage: ``dev_setup.py CONFIG_DIR [HTTP_PORT]``.
 """
 
+import fcntl
 import json
 from pathlib import Path
 import secrets
@@ -214,8 +215,31 @@ def demo_firmware(config_dir: Path) -> None:
         path.write_bytes(build_image(version, size=1_500_000))
 
 
+def in_use(config_dir: Path) -> bool:
+    """Whether a Home Assistant runs with this config directory now (it holds ``.ha_run.lock``)."""
+    lock = config_dir / ".ha_run.lock"
+    if not lock.exists():
+        return False
+    with lock.open("a+") as held:
+        try:
+            fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(held.fileno(), fcntl.LOCK_UN)
+    return False
+
+
 def main(config_dir: Path, port: int = HA_PORT) -> None:
-    """Seed the entry (and the port); print each simulated device's MAC, token and Client-Id."""
+    """Seed the entry (and the port); print each simulated device's MAC, token and Client-Id.
+
+    Refuses, before it writes anything, a config directory that a running Home Assistant uses.
+    """
+    if in_use(config_dir):
+        sys.exit(
+            f"A Home Assistant already runs with {config_dir} (script/develop in another terminal?).\n"
+            "To run a second one beside it, give it a config directory of its own:\n"
+            f"  XIAOZHI_CONFIG=/tmp/xiaozhi-second script/develop --port {port if port != HA_PORT else 8124}"
+        )
     keep_port(config_dir, port)
     demo_firmware(config_dir)
     hub = seed_entry(

@@ -376,7 +376,8 @@ async def test_regenerate_token(hass: HomeAssistant, setup_integration: MockConf
     assert token != old
     assert old in setup_integration.subentries[sub.subentry_id].data.values()  # not stored before Submit
     result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
-    assert result["reason"] == "reconfigure_successful"
+    assert result["reason"] == "token_regenerated"
+    assert result.get("translation_domain") is None  # our own, translated text (not HA's generic one)
     assert setup_integration.subentries[sub.subentry_id].data == {
         CONF_MAC: MAC,
         CONF_TOKEN: token,

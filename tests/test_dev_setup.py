@@ -70,3 +70,23 @@ def test_the_demo_has_a_firmware_update_for_its_board(tmp_path: Path) -> None:
     before = path.stat().st_mtime_ns
     module.main(tmp_path, 8123)  # kept, not written again
     assert path.stat().st_mtime_ns == before
+
+
+def test_a_config_in_use_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """A second script/develop on the same config: told how to run beside it, nothing rewritten."""
+    import fcntl
+
+    import pytest
+
+    module = dev_setup()
+    assert not module.in_use(tmp_path)
+    with (tmp_path / ".ha_run.lock").open("a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running HA holds
+        assert module.in_use(tmp_path)
+        with pytest.raises(SystemExit) as refused:
+            module.main(tmp_path, 8124)
+        assert "XIAOZHI_CONFIG=" in str(refused.value)
+        assert not (tmp_path / ".storage").exists()
+    assert not module.in_use(tmp_path)  # released: it runs
+    module.main(tmp_path, 8124)
+    assert (tmp_path / ".storage").exists()

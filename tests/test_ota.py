@@ -298,7 +298,7 @@ async def test_token_regeneration(
     assert new_token != TOKEN
     result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
     assert result["type"] is FlowResultType.ABORT
-    assert result["reason"] == "reconfigure_successful"
+    assert result["reason"] == "token_regenerated"
     await hass.async_block_till_done()
     await device.wait_closed()  # the session opened with the old token ends
     resp = await client.get(WS_PATH, headers={"Authorization": f"Bearer {TOKEN}", "Device-Id": MAC})

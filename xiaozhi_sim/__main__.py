@@ -5,6 +5,7 @@ import asyncio
 import logging
 import os
 import sys
+from typing import Any
 
 from .device import FLAVORS, DeviceCrashed, SimulatedDevice, SimulatorOptions
 from .mqtt import RECONNECT_INTERVAL, MqttDevice, MqttRefused
@@ -68,6 +69,33 @@ def _print_code(code: str, message: str) -> None:
     print(f"activation code {code}: {message}", flush=True)
 
 
+ASKING: set[str] = set()
+"""Devices whose typed question waits for its answer (printed whole by ``type_questions``)."""
+
+
+def print_heard(device: SimulatedDevice) -> None:
+    """Say in the terminal what Home Assistant makes the device show or say unasked.
+
+    Announcements, timers and alerts: what a user of ``script/develop`` would otherwise hear
+    nothing of (the answers to typed questions are printed by ``type_questions``).
+    """
+    mac = device.options.mac
+
+    def heard(msg: dict[str, Any]) -> None:
+        kind = msg.get("type")
+        if kind == "alert":
+            print(f"{mac} shows an alert: {msg.get('status')}: {msg.get('message')}", flush=True)
+        elif kind == "notify":
+            text = " ".join(str(s.get("text", "")) for s in msg.get("subtitles") or () if isinstance(s, dict))
+            print(f'{mac} plays an announcement: "{text}"', flush=True)
+        elif kind == "tts" and msg.get("state") == "sentence_start" and mac not in ASKING:
+            print(f'{mac} says: "{msg.get("text")}"', flush=True)
+        elif kind == "system" and msg.get("command") == "reboot":
+            print(f"{mac} is told to restart", flush=True)
+
+    device.on_message = heard
+
+
 async def run_register_client(args: argparse.Namespace) -> int:
     """A ``mcp/registerTools`` client: connect, register the demo tools, stay until closed."""
     if not args.url:
@@ -105,6 +133,7 @@ async def run(args: argparse.Namespace) -> int:
     if args.client_id:
         options.client_id = args.client_id
     device = SimulatedDevice(options)  # one device: its NVS survives reconnects, as in flash
+    print_heard(device)
     if args.per_conversation:
         return await run_per_conversation(args, device)
     needs_boot = bool(args.ota)
@@ -182,11 +211,14 @@ async def type_questions(device: SimulatedDevice, path: str, *, per_conversation
             await _wake(device)
             marker, heard = len(device.log), len(device.speaker_pcm)
             device.relisten = False
+            ASKING.add(device.options.mac)
             await device.type_text(line)
             await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 60, after=marker)
         except Exception as err:  # noqa: BLE001 - say so, and take the next line
             print(f"no answer: {type(err).__name__}: {err}", flush=True)
             continue
+        finally:
+            ASKING.discard(device.options.mac)
         said = " ".join(m["text"] for m in device.log[marker:] if m.get("state") == "sentence_start")
         seconds = (len(device.speaker_pcm) - heard) / 2 / 24000
         print(f'you typed: "{line}"; Home Assistant said: "{said}" ({seconds:.1f} s of speech)', flush=True)
@@ -198,6 +230,7 @@ async def type_questions(device: SimulatedDevice, path: str, *, per_conversation
 async def run_mqtt(args: argparse.Namespace, options: SimulatorOptions, mqtt: dict[str, object]) -> int:
     """Online from boot over MQTT, as the firmware is; reconnects while idle; audio only per conversation."""
     device = MqttDevice(options, mqtt)
+    print_heard(device)
     typing = asyncio.create_task(type_questions(device, args.type_from)) if args.type_from else None
     try:
         return await _stay_online(args, device)

@@ -167,6 +167,8 @@ class SimulatedDevice:
         self._ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
         self.on_mcp_request: Callable[[Any], None] | None = None
+        self.on_message: Callable[[dict[str, Any]], None] | None = None
+        """Told of each server message it logs (the CLI prints announcements and alerts)."""
         self.ota: OtaClient | None = None
         self.upgrades: list[dict[str, Any]] = []
         """Every firmware upgrade it tried: url, version asked, bytes read, result ("ok" or the error)."""
@@ -410,6 +412,12 @@ class SimulatedDevice:
             raise
         self._reader = asyncio.create_task(self._read_loop(), name=f"xiaozhi_sim {self.options.mac}")
 
+    def _logged_message(self, msg: dict[str, Any]) -> None:
+        self.log.append(msg)
+        self._logged.set()
+        if self.on_message is not None:
+            self.on_message(msg)
+
     def _check_not_upgrading(self) -> None:
         """A device left "upgrading" by a failed upgrade ignores the wake word until it restarts."""
         if self.device_state == "upgrading":
@@ -475,8 +483,7 @@ class SimulatedDevice:
                 self._on_notify(msg)
             if msg["type"] == "tts":
                 await self._on_tts(msg)
-            self.log.append(msg)
-            self._logged.set()
+            self._logged_message(msg)
 
     # -- voice --------------------------------------------------------------------------------
 

@@ -280,8 +280,7 @@ class MqttDevice(SimulatedDevice):
                     await self._disconnect()
             elif isinstance(session_id, str) and session_id == self.session_id:
                 self._close_channel(send_goodbye=False)
-            self.log.append(msg)
-            self._logged.set()
+            self._logged_message(msg)
         else:
             await self._on_text(payload)
 

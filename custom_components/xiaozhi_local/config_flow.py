@@ -344,7 +344,10 @@ class DeviceSubentryFlow(ConfigSubentryFlow):
     async def async_step_new_token(self, user_input: dict[str, Any] | None = None) -> SubentryFlowResult:
         """Show the new token, then store it."""
         if user_input is not None:
-            return self.async_update_and_abort(self._get_entry(), self._get_reconfigure_subentry(), data=self._data)
+            # A reason of our own: the default is Home Assistant's generic, untranslated here.
+            return self.async_update_and_abort(
+                self._get_entry(), self._get_reconfigure_subentry(), data=self._data, reason="token_regenerated"
+            )
         return self._show_credentials("new_token")
 
     def _show_credentials(self, step_id: str) -> SubentryFlowResult:

@@ -141,6 +141,16 @@ async def test_cli_types_questions_from_a_pipe(
     assert line.startswith('you typed: "turn on the kitchen light"; Home Assistant said: "The kitchen light is on.')
     seconds = float(line.rsplit("(", 1)[1].split(" s", 1)[0])
     assert seconds > 1.0  # spoken, over the encrypted UDP channel the device opened
+    # What Home Assistant makes it say unasked is printed too (script/develop shows it).
+    await hass.services.async_call(
+        "assist_satellite",
+        "announce",
+        {"entity_id": "assist_satellite.kitchen", "message": "Dinner is ready", "preannounce": False},
+        blocking=True,
+    )
+    line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+    assert line.startswith(f"{MAC} ")
+    assert "Dinner is ready" in line
     proc.terminate()
     await asyncio.wait_for(proc.communicate(), 30)
 
