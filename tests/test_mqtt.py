@@ -321,6 +321,21 @@ async def _closed(reader: asyncio.StreamReader) -> bytes:
         return await reader.read()
 
 
+@pytest.mark.parametrize("at", [1, 2, 5, 30])
+async def test_a_connect_split_across_tcp_segments_is_accepted(hub: XiaozhiHub, at: int) -> None:
+    """Slow links and Wi-Fi split segments: only the connection's first byte must say CONNECT."""
+    reader, writer = await _raw(hub)
+    connect = mqtt_connect(CLIENT_ID, MAC, TOKEN, 240)
+    writer.write(connect[:at])
+    await writer.drain()
+    await asyncio.sleep(0.05)  # not a wait for a result: the two parts travel as two segments
+    writer.write(connect[at:])
+    await writer.drain()
+    async with asyncio.timeout(5):
+        assert await reader.readexactly(4) == bytes([0x20, 2, 0, 0])  # CONNACK: accepted
+    writer.close()
+
+
 @pytest.mark.parametrize(
     "data",
     [

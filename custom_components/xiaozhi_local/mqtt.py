@@ -480,13 +480,16 @@ class MqttEndpoint:
         """Read the CONNECT, check the credentials, answer; the new link, or None when refused."""
         decoder = codec.PacketDecoder()
         first: codec.Packet | None = None
+        received = 0
         async with asyncio.timeout(CONNECT_TIMEOUT):
             while first is None:
                 data = await reader.read(READ_SIZE)
                 if not data:
                     return None
-                if data[0] >> 4 != codec.PacketType.CONNECT:  # refused at its first byte, not after 10 s
+                # The connection's first byte, not each read's: a CONNECT may come in several segments.
+                if not received and data[0] >> 4 != codec.PacketType.CONNECT:  # refused at once, not after 10 s
                     raise codec.MqttError("before_connect", f"packet type {data[0] >> 4} before CONNECT")
+                received += len(data)
                 for packet in decoder.feed(data):
                     first = packet
                     break

@@ -24,11 +24,23 @@ def test_no_homeassistant_import_in_source() -> None:
 
 def test_importing_protocol_loads_no_homeassistant() -> None:
     # A fresh interpreter: importing the protocol modules (not the integration package) pulls no HA in.
+    modules = sorted(path.stem for path in PROTOCOL.glob("*.py") if path.stem != "__init__")
     code = (
-        "import importlib.util, sys\n"
+        "import importlib, sys\n"
         f"sys.path.insert(0, {str(PROTOCOL.parent)!r})\n"
-        "import protocol.session, protocol.mcp, protocol.messages, protocol.schema\n"
+        f"for name in {modules!r}: importlib.import_module('protocol.' + name)\n"
         "print(any(m.split('.')[0] == 'homeassistant' for m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_package_lists_every_module_and_carries_the_version() -> None:
+    import json
+
+    from custom_components.xiaozhi_local import protocol
+
+    modules = {path.stem for path in PROTOCOL.glob("*.py") if path.stem != "__init__"}
+    assert set(protocol.__all__) == modules
+    manifest = json.loads((PROTOCOL.parent / "manifest.json").read_text())
+    assert protocol.__version__ == manifest["version"]

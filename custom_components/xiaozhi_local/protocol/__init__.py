@@ -2,4 +2,26 @@
 
 Parsing and validating every inbound frame, building outbound ones, and the MCP client that
 talks to a device's tools. The Home Assistant side plugs in through small callbacks.
+
+Modules: ``messages`` (frames, hello, listen/abort), ``session`` (one device's session),
+``mcp`` (the MCP client), ``register`` (the ``mcp/registerTools`` dialect), ``schema`` (tool
+schemas), ``voice`` (what the device is told during a conversation), ``audio`` (Opus, Ogg,
+WAV, pacing), ``mqtt`` (the MQTT codec), ``udp`` (the encrypted audio channel), ``firmware``
+(ESP app images and versions).
 """
+
+__version__ = "0.1.0"
+"""The integration's version (``manifest.json``): the protocol package ships with it."""
+
+__all__ = [
+    "audio",
+    "firmware",
+    "mcp",
+    "messages",
+    "mqtt",
+    "register",
+    "schema",
+    "session",
+    "udp",
+    "voice",
+]
