@@ -15,10 +15,18 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 # Imported first, so HA mounts this repository's custom_components (before HA looks for custom integrations).
 import custom_components.xiaozhi_local  # noqa: F401
-from custom_components.xiaozhi_local.const import CONF_CLIENT_ID, CONF_MAC, CONF_TOKEN, DOMAIN, SUBENTRY_DEVICE, WS_PATH
+from custom_components.xiaozhi_local.const import (
+    CONF_CLIENT_ID,
+    CONF_MAC,
+    CONF_TOKEN,
+    DOMAIN,
+    OTA_PATH,
+    SUBENTRY_DEVICE,
+    WS_PATH,
+)
 from custom_components.xiaozhi_local.device import XiaozhiDevice
 from custom_components.xiaozhi_local.hub import XiaozhiHub
-from xiaozhi_sim import SimulatedDevice, SimulatorOptions
+from xiaozhi_sim import OtaTiming, SimulatedDevice, SimulatorOptions
 
 if TYPE_CHECKING:
     from .voice import Voice
@@ -111,6 +119,15 @@ async def client(
 def ws_url(client: TestClient[Any, Any]) -> str:
     """The device endpoint on the test server."""
     return str(client.make_url(WS_PATH)).replace("http://", "ws://", 1)
+
+
+def ota_url(client: TestClient[Any, Any]) -> str:
+    """The OTA URL on the test server (what a device's Wi-Fi portal is given)."""
+    return str(client.make_url(OTA_PATH))
+
+
+FAST = OtaTiming(check_retry_base=0.01, activate_pending_delay=0.01, activate_error_delay=0.01, no_challenge_wait=0.01)
+"""The firmware's OTA retries and waits, in milliseconds instead of seconds."""
 
 
 @pytest.fixture

@@ -30,21 +30,15 @@ from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions, ToolError
 from xiaozhi_sim.firmware import build_image, flash_image
 from xiaozhi_sim.mqtt import MqttDevice
-from xiaozhi_sim.ota import OtaTiming
 
-from .conftest import CLIENT_ID, CLIENT_ID2, MAC, MAC2, wait_for, wait_settled, ws_url
+from .conftest import CLIENT_ID, CLIENT_ID2, FAST, MAC, MAC2, ota_url, wait_for, wait_settled, ws_url
 from .helpers import wait_entity
 from .voice import Voice, speech_pcm
 
-FAST = OtaTiming(check_retry_base=0.01, activate_pending_delay=0.01, activate_error_delay=0.01, no_challenge_wait=0.01)
 ENTITY = "update.kitchen_firmware"
 BOARD = "bread-compact-wifi"
 
 type MqttFactory = Callable[..., Awaitable[MqttDevice]]
-
-
-def ota_url(client: TestClient[Any, Any]) -> str:
-    return str(client.make_url("/api/xiaozhi_local/ota/"))
 
 
 @pytest.fixture(autouse=True)
@@ -83,6 +77,28 @@ async def make_mqtt(hub: XiaozhiHub, client: TestClient[Any, Any]) -> AsyncItera
         device = MqttDevice(SimulatorOptions(url="", mac=mac, client_id=client_id, **options))
         devices.append(device)
         await device.boot_mqtt(ota_url(client), timing=FAST)
+        return device
+
+    yield factory
+    for device in devices:
+        await device.drop()
+
+
+@pytest.fixture
+async def make_ws(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any]
+) -> AsyncIterator[Callable[[], Awaitable[SimulatedDevice]]]:
+    """Per-conversation stock devices (the hub hands out WebSocket only), booted and idle."""
+    hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client), "mqtt": False})
+    await hass.async_block_till_done()
+    devices: list[SimulatedDevice] = []
+
+    async def factory() -> SimulatedDevice:
+        device = SimulatedDevice(
+            SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID, hello_timeout=5, upgrade_delay=0, reboots=True)
+        )
+        devices.append(device)
+        await device.boot(ota_url(client), timing=FAST)  # idle afterwards: no socket
         return device
 
     yield factory
@@ -207,13 +223,13 @@ async def test_progress_is_shown_at_most_every_second(
 
 
 async def test_a_device_without_the_tool_gets_firmware_in_its_next_ota_answer(
-    hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory, firmware_dir: Path
+    hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory, firmware_dir: Path, client: TestClient[Any, Any]
 ) -> None:
     put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0"))
     device = await make_mqtt()
     device.mcp.tools = [tool for tool in device.mcp.tools if tool.name != "self.upgrade_firmware"]
     await device.drop()  # it boots again: its tool list no longer has the tool
-    await device.boot_mqtt(ota_url_of(hub), timing=FAST)
+    await device.boot_mqtt(ota_url(client), timing=FAST)
     await online(hub)
     assert "self.upgrade_firmware" not in hub.devices[MAC].tools
     await offered(hass, "2.5.0")
@@ -233,61 +249,45 @@ async def test_a_device_without_the_tool_gets_firmware_in_its_next_ota_answer(
     await online(hub)
 
 
-def ota_url_of(hub: XiaozhiHub) -> str:
-    return hub.websocket_url().replace("ws://", "http://").replace("/v1/", "/ota/")
-
-
 async def test_a_websocket_device_is_upgraded_at_its_next_boot(
-    hass: HomeAssistant, hub: XiaozhiHub, firmware_dir: Path, client: TestClient[Any, Any]
+    hass: HomeAssistant,
+    hub: XiaozhiHub,
+    firmware_dir: Path,
+    make_ws: Callable[[], Awaitable[SimulatedDevice]],
+    client: TestClient[Any, Any],
 ) -> None:
     """A device that connects only to talk: the install waits until it boots (or talks)."""
-    hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client), "mqtt": False})
-    await hass.async_block_till_done()
     put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0"))
-    device = SimulatedDevice(
-        SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID, hello_timeout=5, upgrade_delay=0, reboots=True)
-    )
-    try:
-        await device.boot(ota_url(client), timing=FAST)  # idle afterwards: no socket
-        assert not device.is_connected
-        await offered(hass, "2.5.0")
-        task = hass.async_create_task(install(hass))
-        await wait_entity(hass, ENTITY, lambda s: s.attributes["in_progress"] is True)
-        assert hub.firmware.jobs[MAC].phase == "waiting"
-        # Switched off and on: its boot-time check gets the firmware.
-        await device.boot(ota_url(client), timing=FAST)
-        await task
-        assert device.upgrades[0]["result"] == "ok"
-        await device.wait_boots(2)  # the upgrade restarted the check: that boot reports 2.5.0
-        assert device.options.firmware_version == "2.5.0"
-        state = await wait_entity(hass, ENTITY, lambda s: s.attributes["installed_version"] == "2.5.0")
-        assert state.state == "off"
-    finally:
-        await device.drop()
+    device = await make_ws()
+    assert not device.is_connected
+    await offered(hass, "2.5.0")
+    task = hass.async_create_task(install(hass))
+    await wait_entity(hass, ENTITY, lambda s: s.attributes["in_progress"] is True)
+    assert hub.firmware.jobs[MAC].phase == "waiting"
+    # Switched off and on: its boot-time check gets the firmware.
+    await device.boot(ota_url(client), timing=FAST)
+    await task
+    assert device.upgrades[0]["result"] == "ok"
+    await device.wait_boots(2)  # the upgrade restarted the check: that boot reports 2.5.0
+    assert device.options.firmware_version == "2.5.0"
+    state = await wait_entity(hass, ENTITY, lambda s: s.attributes["installed_version"] == "2.5.0")
+    assert state.state == "off"
 
 
 async def test_a_websocket_device_in_a_conversation_is_upgraded_through_its_tool(
-    hass: HomeAssistant, hub: XiaozhiHub, firmware_dir: Path, client: TestClient[Any, Any]
+    hass: HomeAssistant, hub: XiaozhiHub, firmware_dir: Path, make_ws: Callable[[], Awaitable[SimulatedDevice]]
 ) -> None:
     """It closes its socket to upgrade, then reboots and checks OTA with the new version."""
-    hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client), "mqtt": False})
-    await hass.async_block_till_done()
     put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0"))
-    device = SimulatedDevice(
-        SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID, hello_timeout=5, upgrade_delay=0, reboots=True)
-    )
-    try:
-        await device.boot(ota_url(client), timing=FAST)
-        await device.connect()  # woken
-        await online(hub)
-        await offered(hass, "2.5.0")
-        await install(hass)
-        assert [name for name, _ in device.mcp.calls].count("self.upgrade_firmware") == 1
-        assert device.upgrades[0]["result"] == "ok"
-        state = await wait_entity(hass, ENTITY, lambda s: s.attributes["installed_version"] == "2.5.0")
-        assert state.state == "off"
-    finally:
-        await device.drop()
+    device = await make_ws()
+    await device.connect()  # woken
+    await online(hub)
+    await offered(hass, "2.5.0")
+    await install(hass)
+    assert [name for name, _ in device.mcp.calls].count("self.upgrade_firmware") == 1
+    assert device.upgrades[0]["result"] == "ok"
+    state = await wait_entity(hass, ENTITY, lambda s: s.attributes["installed_version"] == "2.5.0")
+    assert state.state == "off"
 
 
 async def test_a_device_in_a_conversation_is_upgraded_once_the_turn_is_over(
@@ -343,32 +343,20 @@ async def test_a_device_refusing_through_its_tool_ends_the_install(
 
 async def test_a_websocket_device_that_talks_before_it_boots_is_upgraded_through_its_tool(
     hass: HomeAssistant,
-    hub: XiaozhiHub,
     firmware_dir: Path,
-    client: TestClient[Any, Any],
+    make_ws: Callable[[], Awaitable[SimulatedDevice]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(updates, "CONNECT_GRACE", 0.1)
-    hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client), "mqtt": False})
-    await hass.async_block_till_done()
     put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0"))
-    device = SimulatedDevice(
-        SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID, hello_timeout=5, upgrade_delay=0, reboots=True)
-    )
-    try:
-        await device.boot(ota_url(client), timing=FAST)
-        await offered(hass, "2.5.0")
-        task = hass.async_create_task(install(hass))
-        await wait_entity(hass, ENTITY, lambda s: s.attributes["in_progress"] is True)
-        await device.connect()  # woken before it was ever restarted
-        await task
-        assert [name for name, _ in device.mcp.calls].count("self.upgrade_firmware") == 1
-        assert device.upgrades[0]["result"] == "ok"
-    finally:
-        await device.drop()
-
-
-# -- refusals ---------------------------------------------------------------------------------
+    device = await make_ws()
+    await offered(hass, "2.5.0")
+    task = hass.async_create_task(install(hass))
+    await wait_entity(hass, ENTITY, lambda s: s.attributes["in_progress"] is True)
+    await device.connect()  # woken before it was ever restarted
+    await task
+    assert [name for name, _ in device.mcp.calls].count("self.upgrade_firmware") == 1
+    assert device.upgrades[0]["result"] == "ok"
 
 
 async def test_files_that_are_not_for_the_device_are_never_offered(

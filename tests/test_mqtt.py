@@ -19,12 +19,9 @@ from custom_components.xiaozhi_local.hub import XiaozhiHub
 from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, MAX_UNAUTHENTICATED_PER_ADDRESS, MqttLink
 from xiaozhi_sim import SimulatorOptions
 from xiaozhi_sim.mqtt import MqttDevice, MqttRefused, mqtt_connect, mqtt_publish
-from xiaozhi_sim.ota import OtaTiming
 
-from .conftest import CLIENT_ID, CLIENT_ID2, MAC, MAC2, TOKEN, wait_for, wait_settled, ws_url
+from .conftest import CLIENT_ID, CLIENT_ID2, FAST, MAC, MAC2, TOKEN, ota_url, wait_for, wait_settled, ws_url
 from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
-
-FAST = OtaTiming(check_retry_base=0.01, activate_pending_delay=0.01, activate_error_delay=0.01, no_challenge_wait=0.01)
 
 type MqttFactory = Callable[..., Awaitable[MqttDevice]]
 
@@ -32,10 +29,6 @@ type MqttFactory = Callable[..., Awaitable[MqttDevice]]
 def listening(hub: XiaozhiHub) -> bool:
     """Whether the hub's MQTT+UDP endpoint listens now."""
     return hub.mqtt is not None and hub.mqtt.listening
-
-
-def ota_url(client: TestClient[Any, Any]) -> str:
-    return str(client.make_url("/api/xiaozhi_local/ota/"))
 
 
 @pytest.fixture

@@ -15,17 +15,10 @@ from custom_components.xiaozhi_local.const import CONF_WEBSOCKET_URL, DOMAIN, OT
 from custom_components.xiaozhi_local.pairing import MAX_PENDING, MAX_PER_SOURCE
 from xiaozhi_sim import OtaTiming, SimulatedDevice, SimulatorOptions
 
-from .conftest import CLIENT_ID, MAC, TOKEN, wait_for, ws_url
+from .conftest import CLIENT_ID, FAST, MAC, TOKEN, ota_url, wait_for, ws_url
 from .helpers import placeholders_of
 
 NEW_MAC = "aa:bb:cc:00:11:22"
-
-
-FAST = OtaTiming(check_retry_base=0.01, activate_pending_delay=0.01, activate_error_delay=0.01, no_challenge_wait=0.01)
-
-
-def ota_url(client: TestClient[Any, Any]) -> str:
-    return str(client.make_url(OTA_PATH))
 
 
 def ota_headers(mac: str = NEW_MAC, language: str = "en-US", client_id: str = CLIENT_ID) -> dict[str, str]:

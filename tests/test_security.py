@@ -25,9 +25,9 @@ from custom_components.xiaozhi_local.identities import token_hash
 from custom_components.xiaozhi_local.pairing import AUTO_PAIR_PER_HOUR, MAX_PER_SOURCE
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
-from .conftest import CLIENT_ID, MAC, TOKEN, device_subentry, wait_for, ws_url
+from .conftest import CLIENT_ID, FAST, MAC, TOKEN, device_subentry, ota_url, wait_for, ws_url
 from .helpers import placeholders_of
-from .test_ota import FAST, NEW_MAC, ota_headers, ota_url
+from .test_ota import NEW_MAC, ota_headers
 
 STRANGER = "5f0e0000-0000-4000-8000-00000000dead"
 

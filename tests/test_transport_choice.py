@@ -18,21 +18,15 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.mqtt import MqttDevice
-from xiaozhi_sim.ota import OtaTiming
 
-from .conftest import CLIENT_ID, MAC, wait_for, wait_settled, ws_url
+from .conftest import CLIENT_ID, FAST, MAC, ota_url, wait_for, wait_settled, ws_url
 from .helpers import wait_entity
 from .voice import Voice
 
-FAST = OtaTiming(check_retry_base=0.01, activate_pending_delay=0.01, activate_error_delay=0.01, no_challenge_wait=0.01)
 SENSOR = "sensor.kitchen_transport"
 SELECT = "select.kitchen_connection"
 
 type Factory = Callable[..., Awaitable[MqttDevice]]
-
-
-def ota_url(client: TestClient[Any, Any]) -> str:
-    return str(client.make_url("/api/xiaozhi_local/ota/"))
 
 
 @pytest.fixture
