@@ -162,10 +162,9 @@ class InstallJob:
 
 @dataclass(eq=False)
 class Download:
-    """A one-time URL for one device's binary."""
+    """A one-time URL for one device's binary (only the address the device last came from may fetch it)."""
 
     job: InstallJob
-    address: str | None
     expires: float
 
 
@@ -506,7 +505,7 @@ class FirmwareUpdates:
         """The job's one-time URL (made once; valid until the download starts or ``deadline``)."""
         if job.url is None:
             token = secrets.token_urlsafe(24)
-            self._downloads[token] = Download(job, job.device.address, deadline)
+            self._downloads[token] = Download(job, deadline)
             job.url = self.hub.firmware_url(token)
         return job.url
 
@@ -569,12 +568,15 @@ class FirmwareUpdates:
         if download.expires <= self.hass.loop.time():
             del self._downloads[token]
             return None
-        if download.address is not None and address != download.address:
+        # Where the device last reached us from: its connection, or the OTA check of the boot that
+        # fetches now (read at the fetch: an install that waited for a reboot sees the new address).
+        expected = download.job.device.address
+        if expected is not None and address != expected:
             _LOGGER.warning(
                 "Refused a firmware download of %s from %s: the URL was made for the device at %s",
                 download.job.device.name,
                 address,
-                download.address,
+                expected,
             )
             return None
         del self._downloads[token]
