@@ -645,9 +645,9 @@ async def test_notify_not_fetched_falls_back_to_an_alert(
     hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A 2.5 device that is busy ignores ``notify``: after a while the text is shown instead."""
-    from custom_components.xiaozhi_local import assist_satellite
+    from custom_components.xiaozhi_local import speaker
 
-    monkeypatch.setattr(assist_satellite, "NOTIFY_FETCH_TIMEOUT", 0.2)
+    monkeypatch.setattr(speaker, "NOTIFY_FETCH_TIMEOUT", 0.2)
     device = await make_mqtt(firmware_version="2.5.0")
     await wait_settled(hub.devices[MAC])
     device.device_state = "listening"  # (busy: the firmware ignores notify)

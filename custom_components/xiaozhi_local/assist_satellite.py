@@ -44,6 +44,7 @@ from homeassistant.helpers.entity import EntityDescription
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from homeassistant.helpers.event import async_call_later
 
+from . import speaker
 from .const import (
     AUDIO_GAP_TIMEOUT,
     CONF_IDLE_TIMEOUT,
@@ -56,12 +57,11 @@ from .device import XiaozhiDevice, translated_error
 from .entity import XiaozhiEntity, async_setup_device_entities
 from .hub import XiaozhiConfigEntry
 from .link import DeviceLink
-from .media import audio_executor, ffmpeg_pcm, full_url, tts_pcm
-from .notify import PcmSource
+from .media import audio_executor, tts_pcm
 from .protocol import voice
-from .protocol.audio import AudioError, Decoded, OpusEncoder, Pacer, ThreadedDecoder, split_sentences
-from .protocol.messages import DOWNLINK_SAMPLE_RATE, ControlMessage
-from .protocol.voice import VoiceError, is_wake_phrase, parse_listen, speech_seconds
+from .protocol.audio import AudioError, Decoded, ThreadedDecoder
+from .protocol.messages import ControlMessage
+from .protocol.voice import VoiceError, is_wake_phrase, parse_listen
 from .repairs import async_pipeline_incomplete, async_pipeline_served
 
 _LOGGER = logging.getLogger(__name__)
@@ -69,8 +69,6 @@ _LOGGER = logging.getLogger(__name__)
 _SESSION_TAKES_CONTEXT: Final = "context" in inspect.signature(chat_session.async_get_chat_session).parameters
 """Home Assistant 2026.11 wants the run's context (leaving it out warns, and breaks in 2027.5);
 2026.10 has no such parameter."""
-NOTIFY_FETCH_TIMEOUT: Final = 10.0
-"""Seconds a 2.5 device has to fetch a ``notify`` announcement before it is shown as an alert."""
 EARLY_AUDIO_PACKETS: Final = 16
 EARLY_AUDIO_WINDOW: Final = 1.0
 """Audio over UDP that arrived up to this many seconds before its ``listen start`` (sent over
@@ -78,11 +76,6 @@ MQTT, a different path) belongs to the turn that starts: the first word is not c
 
 PARALLEL_UPDATES = 0
 
-TTS_LEAD: Final = 0.3
-"""Seconds of audio sent ahead of real time. The device drops what its decode queue cannot hold:
-40 packets (2.4 s) on firmware 2.4, 20 (1.2 s) on 2.5; 0.3 s fits both."""
-FIRST_FRAME_GAP: Final = 0.08
-"""Pause between ``tts start`` and the first packet: the device resets its queue on entering speaking."""
 WAKE_WORD_FOLLOW_UP: Final = 0.5
 """Seconds within which a ``listen start`` makes an unknown ``listen detect`` text a wake word."""
 PUSH_TO_TALK_SILENCE: Final = 3600.0
@@ -714,51 +707,13 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         )
 
     async def _async_play(self, run: _Run, source: AsyncIterator[bytes] | None, *, respond: bool) -> None:
-        """``tts start``, paced Opus, sentences as they are heard, then always ``tts stop``."""
-        connection = run.connection
-        loop = asyncio.get_running_loop()
-        await connection.async_send_json(voice.tts_start())
-        shown = 0
+        """Play on the run's channel (``speaker.async_speak``); a reply then ends the run."""
         try:
-            if source is None:
-                await self._show_sentences(run, shown, float("inf"))  # typed text without speech
-                return
-
-            async def send(packet: bytes, offset_ms: int) -> bool:
-                nonlocal shown
-                shown = await self._show_sentences(run, shown, offset_ms / 1000)
-                connection.touch()
-                return await connection.async_send_audio(packet, offset_ms)
-
-            pacer = Pacer(
-                OpusEncoder(DOWNLINK_SAMPLE_RATE),
-                send,
-                lead=TTS_LEAD,
-                not_before=loop.time() + FIRST_FRAME_GAP,
-                executor=audio_executor(self.hass),
-            )
-            async for pcm in source:
-                await pacer.feed(pcm)
-            await self._show_sentences(run, shown, float("inf"))
-            await pacer.finish()  # returns once the device has played it all
-        except (ConnectionError, AudioError, HomeAssistantError) as err:
-            _LOGGER.warning("Device %s: speech stopped: %s", self.device.mac, err)
+            await speaker.async_speak(self.hass, run.connection, source, lambda: run.tts_text)
         finally:
-            await connection.async_send_json(voice.tts_stop())
-            connection.touch()
             if respond and not run.cancelled:
                 self.tts_response_finished()
                 self._finished(run)
-
-    async def _show_sentences(self, run: _Run, shown: int, heard: float) -> int:
-        """``tts sentence_start`` for each sentence whose (estimated) time has come."""
-        sentences = split_sentences(run.tts_text or "")
-        offset = sum(speech_seconds(s) for s in sentences[:shown])
-        while shown < len(sentences) and offset <= heard:
-            await run.connection.async_send_json(voice.tts_sentence(sentences[shown]))
-            offset += speech_seconds(sentences[shown])
-            shown += 1
-        return shown
 
     # -- announcements -------------------------------------------------------------------------
 
@@ -798,24 +753,26 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         the text with the firmware's alert sound otherwise.
         """
         connection = self._connection_or_raise()
-        sources = self._announcement_sources(announcement)
+        sources = speaker.announcement_sources(self.hass, announcement)
         if not connection.audio_open:
-            await self._async_announce_idle(connection, announcement, sources)
+            await speaker.async_speak_idle(
+                self._config_entry().runtime_data,
+                connection,
+                sources,
+                announcement.message or "",
+                alert=announcement.message or announcement.original_media_id,
+            )
             return
         run = _Run(connection)
         self._begin(run)
         run.tts_text = announcement.message or None
         self._send_ai(run, "chunk", announcement.message)
         self._send_ai(run, "final", announcement.message)
-
-        async def chained() -> AsyncIterator[bytes]:
-            for make in sources:
-                async for pcm in make():
-                    yield pcm
-
         # Its own task: a barge-in cancels the playback, never the caller (the action).
         task = self._config_entry().async_create_background_task(
-            self.hass, self._async_play(run, chained(), respond=False), f"xiaozhi_local announce {self.device.mac}"
+            self.hass,
+            self._async_play(run, speaker.chained(sources), respond=False),
+            f"xiaozhi_local announce {self.device.mac}",
         )
         run.tts_task = task
         try:
@@ -825,43 +782,6 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             raise
         finally:
             self._finished(run)
-
-    def _announcement_sources(self, announcement: AssistSatelliteAnnouncement) -> list[PcmSource]:
-        """The chime (if any), then the message: each a PCM stream made when it is played."""
-        sources: list[PcmSource] = []
-        if announcement.preannounce_media_id:
-            chime = full_url(self.hass, announcement.preannounce_media_id)
-            sources.append(lambda: ffmpeg_pcm(self.hass, chime))
-        if announcement.media_id_source == "tts" and announcement.tts_token:
-            token = announcement.tts_token
-            sources.append(lambda: tts_pcm(self.hass, token))
-        else:
-            url = full_url(self.hass, announcement.media_id)
-            sources.append(lambda: ffmpeg_pcm(self.hass, url))
-        return sources
-
-    async def _async_announce_idle(
-        self, connection: DeviceLink, announcement: AssistSatelliteAnnouncement, sources: list[PcmSource]
-    ) -> None:
-        """``notify`` (2.5: fetched and played, we wait for the end), else an ``alert`` with the text."""
-        text = announcement.message or ""
-        if self.device.plays_notify:
-            hub = self._config_entry().runtime_data
-            token, waiting = hub.announcements.add(sources)
-            subtitles = [{"start_ms": 0, "text": text}] if text else []
-            if await connection.async_send_json(voice.notify(hub.notify_url(token), subtitles)):
-                try:
-                    async with asyncio.timeout(NOTIFY_FETCH_TIMEOUT):
-                        await waiting.fetched.wait()
-                except TimeoutError:  # busy (it ignores notify then), or it cannot reach the URL
-                    _LOGGER.debug("Device %s did not fetch its announcement; showing it", self.device.mac)
-                else:
-                    await waiting.played.wait()
-                    return
-        status = "通知" if self.hass.config.language.lower().startswith("zh") else "Announcement"
-        await connection.async_send_json(
-            voice.alert(text or announcement.original_media_id, status=status, emotion=voice.EMOTION_ANSWER)
-        )
 
     async def async_start_conversation(self, start_announcement: AssistSatelliteAnnouncement) -> None:
         """Speak, then the device listens: in auto mode ``tts stop`` makes it open its microphone."""

@@ -42,6 +42,8 @@ class Announcement:
     expires: float
     fetched: asyncio.Event = field(default_factory=asyncio.Event)
     played: asyncio.Event = field(default_factory=asyncio.Event)
+    stopped: bool = False
+    """Stopped by Home Assistant (a media player's stop): the stream ends where it is."""
 
 
 class AnnouncementStore:
@@ -96,6 +98,8 @@ class XiaozhiNotifyView(HomeAssistantView):
         try:
             for make in announcement.sources:
                 async for pcm in make():
+                    if announcement.stopped:
+                        break
                     if data := await loop.run_in_executor(codec, writer.feed, pcm):
                         await response.write(data)
             await response.write(await loop.run_in_executor(codec, writer.finish))

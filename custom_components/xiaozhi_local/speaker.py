@@ -1,0 +1,155 @@
+"""Sound on a device's speaker: the one path for replies, announcements and media.
+
+- **Over an open conversation channel** (any firmware, both transports): ``tts start``, the text
+  shown line by line as it is heard, Opus packets paced at real time with a small lead, then
+  always ``tts stop`` (``async_speak``). The PCM comes from anywhere: HA's TTS, ffmpeg.
+- **To a device online without a channel** (idle over MQTT): ``notify`` with a one-time Ogg Opus
+  URL on firmware that plays it (2.5), else an ``alert`` with the text and the firmware's sound
+  (``async_speak_idle``).
+
+The voice satellite decides *when* (its exchanges, barge-in), the media player what to play;
+how the sound travels is here, once.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+import logging
+from typing import TYPE_CHECKING, Final
+
+from homeassistant.components.assist_satellite import AssistSatelliteAnnouncement
+from homeassistant.core import HomeAssistant
+from homeassistant.exceptions import HomeAssistantError
+
+from .link import DeviceLink
+from .media import audio_executor, ffmpeg_pcm, full_url, tts_pcm
+from .notify import PcmSource
+from .protocol import voice
+from .protocol.audio import AudioError, OpusEncoder, Pacer, split_sentences
+from .protocol.messages import DOWNLINK_SAMPLE_RATE
+from .protocol.voice import speech_seconds
+
+if TYPE_CHECKING:
+    from .hub import XiaozhiHub
+
+_LOGGER = logging.getLogger(__name__)
+
+TTS_LEAD: Final = 0.3
+"""Seconds of audio sent ahead of real time. The device drops what its decode queue cannot hold:
+40 packets (2.4 s) on firmware 2.4, 20 (1.2 s) on 2.5; 0.3 s fits both."""
+FIRST_FRAME_GAP: Final = 0.08
+"""Pause between ``tts start`` and the first packet: the device resets its queue on entering speaking."""
+NOTIFY_FETCH_TIMEOUT: Final = 10.0
+"""Seconds a 2.5 device has to fetch a ``notify`` announcement before it is shown as an alert."""
+
+type TextSource = Callable[[], str | None]
+"""The text to show while speaking, read as it plays (a streamed reply's text comes later)."""
+
+
+async def async_speak(
+    hass: HomeAssistant, connection: DeviceLink, source: AsyncIterator[bytes] | None, text: TextSource
+) -> None:
+    """``tts start``, paced Opus, the text's sentences as they are heard, then always ``tts stop``.
+
+    ``source`` None shows the text without speech (typed text answered without TTS). Returns
+    once the device has played it all, or when the link or the source broke (logged).
+    """
+    loop = asyncio.get_running_loop()
+    await connection.async_send_json(voice.tts_start())
+    shown = 0
+    try:
+        if source is None:
+            await _show_sentences(connection, text, shown, float("inf"))
+            return
+
+        async def send(packet: bytes, offset_ms: int) -> bool:
+            nonlocal shown
+            shown = await _show_sentences(connection, text, shown, offset_ms / 1000)
+            connection.touch()
+            return await connection.async_send_audio(packet, offset_ms)
+
+        pacer = Pacer(
+            OpusEncoder(DOWNLINK_SAMPLE_RATE),
+            send,
+            lead=TTS_LEAD,
+            not_before=loop.time() + FIRST_FRAME_GAP,
+            executor=audio_executor(hass),
+        )
+        async for pcm in source:
+            await pacer.feed(pcm)
+        await _show_sentences(connection, text, shown, float("inf"))
+        await pacer.finish()  # returns once the device has played it all
+    except (ConnectionError, AudioError, HomeAssistantError) as err:
+        _LOGGER.warning("Device %s: speech stopped: %s", connection.device.mac, err)
+    finally:
+        await connection.async_send_json(voice.tts_stop())
+        connection.touch()
+
+
+async def _show_sentences(connection: DeviceLink, text: TextSource, shown: int, heard: float) -> int:
+    """``tts sentence_start`` for each sentence whose (estimated) time has come."""
+    sentences = split_sentences(text() or "")
+    offset = sum(speech_seconds(s) for s in sentences[:shown])
+    while shown < len(sentences) and offset <= heard:
+        await connection.async_send_json(voice.tts_sentence(sentences[shown]))
+        offset += speech_seconds(sentences[shown])
+        shown += 1
+    return shown
+
+
+async def chained(sources: list[PcmSource]) -> AsyncIterator[bytes]:
+    """The PCM of each source in turn (a chime, then the message)."""
+    for make in sources:
+        async for pcm in make():
+            yield pcm
+
+
+def announcement_sources(hass: HomeAssistant, announcement: AssistSatelliteAnnouncement) -> list[PcmSource]:
+    """The chime (if any), then the message: each a PCM stream made when it is played."""
+    sources: list[PcmSource] = []
+    if announcement.preannounce_media_id:
+        chime = full_url(hass, announcement.preannounce_media_id)
+        sources.append(lambda: ffmpeg_pcm(hass, chime))
+    if announcement.media_id_source == "tts" and announcement.tts_token:
+        token = announcement.tts_token
+        sources.append(lambda: tts_pcm(hass, token))
+    else:
+        url = full_url(hass, announcement.media_id)
+        sources.append(lambda: ffmpeg_pcm(hass, url))
+    return sources
+
+
+async def async_notify(hub: XiaozhiHub, connection: DeviceLink, sources: list[PcmSource], text: str) -> bool:
+    """``notify`` (firmware 2.5): the device fetches it and plays it; True once it has been played.
+
+    False when the device did not fetch it in time (busy: it ignores ``notify`` then, or it cannot
+    reach the URL) or could not be told.
+    """
+    token, waiting = hub.announcements.add(sources)
+    subtitles = [{"start_ms": 0, "text": text}] if text else []
+    if not await connection.async_send_json(voice.notify(hub.notify_url(token), subtitles)):
+        return False
+    try:
+        async with asyncio.timeout(NOTIFY_FETCH_TIMEOUT):
+            await waiting.fetched.wait()
+    except TimeoutError:
+        _LOGGER.debug("Device %s did not fetch its announcement", connection.device.mac)
+        return False
+    try:
+        await waiting.played.wait()
+    except asyncio.CancelledError:
+        waiting.stopped = True  # the stream ends where it is: the device stops playing
+        raise
+    return True
+
+
+async def async_speak_idle(
+    hub: XiaozhiHub, connection: DeviceLink, sources: list[PcmSource], text: str, *, alert: str | None = None
+) -> None:
+    """An announcement for a device without a channel: ``notify`` where it plays it, else an ``alert``.
+
+    ``text`` is shown with the sound; ``alert`` (default: ``text``) is what the alert shows instead.
+    """
+    if connection.device.plays_notify and await async_notify(hub, connection, sources, text):
+        return
+    status = "通知" if hub.hass.config.language.lower().startswith("zh") else "Announcement"
+    await connection.async_send_json(voice.alert(alert or text, status=status, emotion=voice.EMOTION_ANSWER))
