@@ -271,3 +271,48 @@ async def test_the_xinnan_test_page_pairs_and_answers_typed_text(
                 seen.append(message)
     assert seen[0] == {"type": "stt", "text": "what time is it"}
     assert any(m.get("state") == "sentence_start" for m in seen)  # shown as text: no TTS yet
+
+
+@pytest.mark.parametrize("flavor", ["firmware", "py-xiaozhi"])
+@pytest.mark.parametrize("mode", ["auto", "realtime"])
+async def test_the_agent_asks_back_and_the_device_listens_again(
+    hass: HomeAssistant, ready: Voice, make: Any, flavor: str, mode: str
+) -> None:
+    """``continue_conversation``: the next utterance needs no wake word, and it is the same conversation.
+
+    Auto mode: the client sends ``listen start`` again once the answer has played; realtime: it
+    sends nothing and just streams on (the firmware, and py-xiaozhi, which even listens while it plays).
+    """
+    ready.agent.continue_conversation = True
+    ready.agent.reply = "Which room?"
+    device = await make(flavor=flavor)
+    await device.say(speech_pcm(), mode=mode)
+    await tts_stops(device)
+    assert device.device_state == "listening"
+    listen_starts = [m for m in device.sent if m.get("type") == "listen" and m.get("state") == "start"]
+    assert len(listen_starts) == (2 if mode == "auto" else 1)
+    ready.agent.continue_conversation = False
+    await device.say(speech_pcm(), mode=mode, start=False)  # the answer to "Which room?", no wake word
+    await tts_stops(device, 2)
+    first, second = ready.agent.inputs
+    assert first.conversation_id == second.conversation_id
+    assert device.closed.is_set() is False
+
+
+async def test_push_to_talk_asked_back_waits_for_the_next_press(hass: HomeAssistant, ready: Voice, make: Any) -> None:
+    """Manual mode: the firmware goes idle after the answer; the socket stays for the next press,
+    which continues the same conversation. Nothing is sent to make it listen."""
+    ready.agent.continue_conversation = True
+    ready.agent.reply = "Which room?"
+    device = await make()
+    await device.say(speech_pcm(), mode="manual")
+    await tts_stops(device)
+    assert device.device_state == "idle"
+    assert [k for k in kinds(device) if k.startswith("tts:")] == ["tts:start", "tts:sentence_start", "tts:stop"]
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=25))  # past the silence limit
+    await hass.async_block_till_done()
+    assert not device.closed.is_set()
+    await device.say(speech_pcm(), mode="manual")  # the next press
+    await tts_stops(device, 2)
+    first, second = ready.agent.inputs
+    assert first.conversation_id == second.conversation_id

@@ -5,7 +5,8 @@
 - ``py-xiaozhi``: a desktop client. 20 ms Opus frames announced in its hello, an empty
   ``session_id`` in every message (it ignores the server's), tool failures as ``isError``
   results, header values spelled its own way; no status tool, its volume read by
-  ``self.audio_speaker.get_volume`` (a bare integer).
+  ``self.audio_speaker.get_volume`` (a bare integer). It plays downlink audio in any state,
+  and in realtime mode stays listening while it plays an answer (``session.py``).
 - ``browser``: a test web page. Authentication in the query string (browsers cannot set
   WebSocket headers), a hello with only ``features``, and typed text through ``listen detect``.
 - ``xiaozhi-sdk``: the PyPI SDK (``xiaozhi_sdk/core.py``): its own hello
@@ -144,6 +145,7 @@ class SimulatedDevice:
         self.session_id = ""
         self.server_hello: dict[str, Any] | None = None
         self.log: list[dict[str, Any]] = []  # server JSON other than mcp/hello, in order
+        self.sent: list[dict[str, Any]] = []  # its own JSON (what the client sent), in order
         self._logged = asyncio.Event()
         self.audio: list[bytes] = []  # downlink packets accepted while speaking
         self.audio_at: list[float] = []  # when each of them arrived (time.monotonic())
@@ -488,9 +490,9 @@ class SimulatedDevice:
     # -- voice --------------------------------------------------------------------------------
 
     def _on_audio(self, data: bytes) -> None:
-        if self.device_state != "speaking":
+        if self.device_state != "speaking" and self.options.flavor != "py-xiaozhi":
             self.dropped_audio += 1  # "Binary audio is accepted only in the speaking state"
-            return
+            return  # (py-xiaozhi plays whatever arrives, in any state)
         # The decode queue: 40 packets on 2.4, 20 on 2.5, played at real time; a full queue drops.
         now = time.monotonic()
         if self._playing_since is None or self._queued - self._played(now) <= 0:
@@ -514,13 +516,15 @@ class SimulatedDevice:
 
     async def _on_tts(self, msg: dict[str, Any]) -> None:
         state = msg.get("state")
+        py_xiaozhi = self.options.flavor == "py-xiaozhi"
         if state == "start":
-            self.device_state = "speaking"
+            # py-xiaozhi in realtime mode keeps listening while it plays the answer (its AEC).
+            self.device_state = "listening" if py_xiaozhi and self.listening_mode == "realtime" else "speaking"
             rate = ((self.server_hello or {}).get("audio_params") or {}).get("sample_rate", 24000)
             # the decoder queue is reset on entering speaking
             self._speaker = SpeakerDecoder(int(rate)) if self.options.decode_speaker else None
             self._playing_since, self._queued = None, 0
-        elif state == "stop" and self.device_state == "speaking":
+        elif state == "stop" and (self.device_state == "speaking" or py_xiaozhi):
             if self.listening_mode == "manual":
                 self.device_state = "idle"
             else:
@@ -648,6 +652,7 @@ class SimulatedDevice:
 
     async def send_json(self, msg: dict[str, Any]) -> None:
         """Send one JSON text frame."""
+        self.sent.append(msg)
         await self.connection.send(dumps(msg))
 
     async def send_raw(self, frame: str | bytes) -> None:

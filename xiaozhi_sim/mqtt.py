@@ -440,6 +440,7 @@ class MqttDevice(SimulatedDevice):
             return
         if self._writer is None or self._writer.is_closing():
             raise ConnectionError("MQTT is not connected")
+        self.sent.append(msg)
         self._writer.write(mqtt_publish(self._topic(), json.dumps(msg, ensure_ascii=False).encode()))
         await self._writer.drain()
 
