@@ -9,7 +9,10 @@ process. It:
 2. brings one device up over MQTT+UDP and one over WebSocket, and checks their entities;
 3. calls a tool through ``xiaozhi_local.call_tool``, over each transport;
 4. runs one voice turn (real Opus over UDP through the pipeline) and one typed question;
-5. fails on any warning or error Home Assistant logged about the integration: deprecations,
+5. checks the tool names an agent gets with both "Device control" and "Xiaozhi devices" (HA
+   2026.11 merges equal tools and prefixes the API id to colliding names): each device tool
+   once, unprefixed, at most 64 characters;
+6. fails on any warning or error Home Assistant logged about the integration: deprecations,
    blocking calls, "is using a deprecated" … (HA's notice that a custom integration is loaded
    is the one line expected).
 
@@ -45,6 +48,7 @@ FAST = OtaTiming(check_retry_base=0.5, activate_pending_delay=0.5, activate_erro
 EXPECTED = re.compile(r"We found a custom integration (xiaozhi_local|bench_probe) which has not been tested")
 BAD = re.compile(r"deprecat|blocking call|is using a deprecated|Detected (code|that)", re.IGNORECASE)
 OURS = re.compile(r"xiaozhi_local|xiaozhi")
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
 class SmokeError(Exception):
@@ -96,6 +100,23 @@ async def pair_by_code(run: Run, device: MqttDevice) -> dict[str, Any]:
     return answer
 
 
+async def check_agent_tools(run: Run, mac: str) -> None:
+    """An agent with both APIs that offer our tools gets each once, under its own valid name."""
+    devices = await ws_command(run, {"type": "config/device_registry/list"})
+    device_id = next(d["id"] for d in devices if ["mac", mac] in d["connections"])
+    for scope, extra in (("its own device", {"device_id": device_id}), ("every device", {})):
+        both = await ws_command(run, {"type": "bench_probe/llm_tools", "apis": ["assist", "xiaozhi_local"], **extra})
+        alone = await ws_command(run, {"type": "bench_probe/llm_tools", "apis": ["xiaozhi_local"], **extra})
+        names, ours = both["tools"], alone["tools"]
+        check(bool(ours) and set(ours) <= set(names), f"agent tools ({scope}): every device tool is offered")
+        check(len(names) == len(set(names)), f"agent tools ({scope}): names are unique")
+        check(all(TOOL_NAME.match(name) for name in names), f"agent tools ({scope}): names are valid and <= 64")
+        check(
+            not any(name.endswith(tuple("__" + o for o in ours)) for name in names),
+            f"agent tools ({scope}): none twice",
+        )
+
+
 async def smoke(ha_python: str) -> list[str]:
     """The whole run; returns the log lines that fail it."""
     workdir = Path(tempfile.mkdtemp(prefix="xiaozhi-smoke-"))
@@ -132,6 +153,8 @@ async def smoke(ha_python: str) -> list[str]:
         for mac, how in ((MQTT_MAC, "MQTT"), (WS_MAC, "WebSocket")):
             latencies = await tool_calls(run, [mac], 5, 5.0)
             check(len(latencies) == 5 and "call_errors" not in run.figures, f"call_tool over {how}")
+
+        await check_agent_tools(run, MQTT_MAC)
 
         await mqtt.connect()  # the wake word: hello v3, the UDP channel
         with wave.open(str(SPEECH)) as wav:

@@ -180,3 +180,27 @@ async def test_a_sane_number_of_tools_per_device(
     extra = next(t for t in ours if t.tool.name == "self.extra.tool_000")
     assert extra.description == sim.mcp.find("self.extra.tool_000").description  # type: ignore[union-attr]
     await sim.drop()
+
+
+async def test_the_same_tool_from_both_apis_is_one_tool(
+    hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any]
+) -> None:
+    """Device control (Assist) and Xiaozhi devices both offer a device's tools: equal objects, so that
+    Home Assistant 2026.11 merges them into one tool under its own name (checked on 2026.11 by the
+    smoke run); a different device's or a renamed tool is not equal."""
+    sim = await connect(hass, client)
+    for device in (device_id(hass), None):
+        assist = {
+            t.name: t for t in (await api_tools(hass, llm.LLM_API_ASSIST, device)).tools if isinstance(t, XiaozhiTool)
+        }
+        ours = {t.name: t for t in (await api_tools(hass, DOMAIN, device)).tools}
+        assert assist.keys() == ours.keys()
+        for name, tool in ours.items():
+            assert tool == assist[name]
+            assert hash(tool) == hash(assist[name])
+            assert tool is not assist[name]
+    own = (await api_tools(hass, DOMAIN, device_id(hass))).tools
+    every = (await api_tools(hass, DOMAIN, None)).tools
+    assert not set(own) & set(every)  # named and described per device when several may be meant
+    assert own[0] != own[1]
+    await sim.drop()

@@ -18,13 +18,17 @@ from typing import Any
 
 from aiohttp import web
 from homeassistant.auth.const import GROUP_ID_ADMIN
+from homeassistant.components import websocket_api
 from homeassistant.components.assist_pipeline.pipeline import async_get_pipeline, async_update_pipeline
+from homeassistant.components.websocket_api.connection import ActiveConnection
+from homeassistant.components.websocket_api.decorators import async_response, websocket_command
 from homeassistant.config_entries import ConfigEntry
 from homeassistant.const import Platform
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers import entity_registry as er
+from homeassistant.core import Context, HomeAssistant
+from homeassistant.helpers import entity_registry as er, llm
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 from homeassistant.helpers.typing import ConfigType
+import probatio as vol
 
 from .voice import voice_log
 
@@ -122,6 +126,27 @@ def threads_cpu() -> dict[str, float]:
     return out
 
 
+def children_cpu() -> tuple[dict[str, float], dict[str, int]]:
+    """CPU seconds (user + system) of HA's child processes per name (ffmpeg), those reaped included;
+    and how many of each there are now."""
+    tick = os.sysconf("SC_CLK_TCK")
+    times = os.times()
+    out: dict[str, float] = {"reaped": times[2] + times[3]}
+    count: dict[str, int] = {}
+    me = str(os.getpid())
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[1] == me:
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+            count[name] = count.get(name, 0) + 1
+    return out, count
+
+
 class ProbeView(HomeAssistantView):
     """``GET /api/bench_probe[?reset=1]``."""
 
@@ -138,11 +163,14 @@ class ProbeView(HomeAssistantView):
         samples = self.lag.samples
         rss_kb, fds = await hass.async_add_executor_job(_process)
         per_thread = await hass.async_add_executor_job(threads_cpu)
+        children, alive = await hass.async_add_executor_job(children_cpu)
         data: dict[str, Any] = {
             "rss_kb": rss_kb,
             "tasks": len(asyncio.all_tasks()),
             "cpu_s": sum(os.times()[:2]),  # user + system, all of HA's threads
             "threads_cpu_s": per_thread,
+            "children_cpu_s": children,
+            "children": alive,
             "fds": fds,
             "lag_ms": {
                 "count": len(samples),
@@ -183,12 +211,34 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
         profile = Profile(threading.get_ident())
         threading.Thread(target=profile.run, name="bench_probe profile", daemon=True).start()
     hass.http.register_view(ProbeView(lag, profile))
+    websocket_api.async_register_command(hass, websocket_llm_tools)
     user = await hass.auth.async_create_system_user("bench", group_ids=[GROUP_ID_ADMIN])
     refresh = await hass.auth.async_create_refresh_token(user)
     token = hass.auth.async_create_access_token(refresh)
     path = Path(hass.config.path("bench_token"))
     await hass.async_add_executor_job(path.write_text, token)
     return True
+
+
+@websocket_command(
+    {
+        vol.Required("type"): "bench_probe/llm_tools",
+        vol.Required("apis"): [str],
+        vol.Optional("device_id"): str,
+    }
+)
+@async_response
+async def websocket_llm_tools(hass: HomeAssistant, connection: ActiveConnection, msg: dict[str, Any]) -> None:
+    """The tool names an agent with these LLM APIs gets (the smoke run checks ours on the newest HA)."""
+    context = llm.LLMContext(
+        platform=DOMAIN,
+        context=Context(user_id=connection.user.id),
+        language="en",
+        assistant="conversation",
+        device_id=msg.get("device_id"),
+    )
+    instance = await llm.async_get_api(hass, msg["apis"], context)
+    connection.send_result(msg["id"], {"tools": [tool.name for tool in instance.tools]})
 
 
 async def async_setup_entry(hass: HomeAssistant, entry: ConfigEntry) -> bool:

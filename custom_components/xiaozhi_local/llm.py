@@ -94,6 +94,24 @@ class XiaozhiTool(llm.Tool):
         self.annotations = _annotations(tool)
         self.integration = DOMAIN
 
+    def __eq__(self, other: object) -> bool:
+        """The same tool of the same device, offered alike: one tool where APIs are merged.
+
+        An agent with both "Device control" (Assist, which our tools join) and "Xiaozhi devices"
+        gets each device tool from both. Home Assistant 2026.11 merges equal tools into one, and
+        prefixes the API id only to names that differ (which could pass 64 characters).
+        """
+        if not isinstance(other, XiaozhiTool):
+            return NotImplemented
+        return self._identity == other._identity
+
+    def __hash__(self) -> int:
+        return hash(self._identity)
+
+    @property
+    def _identity(self) -> tuple[str, str, str, str | None]:
+        return (self.device.mac, self.tool.name, self.name, self.description)
+
     async def async_call(
         self, hass: HomeAssistant, tool_input: llm.ToolInput, llm_context: llm.LLMContext
     ) -> llm.ToolResult:
