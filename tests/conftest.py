@@ -27,6 +27,8 @@ from custom_components.xiaozhi_local.const import (
 from custom_components.xiaozhi_local.device import XiaozhiDevice
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import OtaTiming, SimulatedDevice, SimulatorOptions
+from xiaozhi_sim.mqtt import MqttDevice
+from xiaozhi_sim.voice import MicEncoder
 
 if TYPE_CHECKING:
     from .voice import Voice
@@ -175,6 +177,23 @@ async def wait_settled(device: XiaozhiDevice) -> None:
     async with asyncio.timeout(5):
         await connection.settled.wait()
     assert connection.session.mcp.pending_count == 0
+
+
+async def mqtt_online(hub: XiaozhiHub, client: TestClient[Any, Any], **options: Any) -> MqttDevice:
+    """A stock device booted over MQTT (OTA check, broker session), idle: no conversation channel."""
+    device = MqttDevice(SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID, hello_timeout=5, **options))
+    await device.boot_mqtt(ota_url(client), timing=FAST)
+    await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
+    await wait_settled(hub.devices[MAC])
+    return device
+
+
+async def mqtt_in_conversation(hub: XiaozhiHub, device: MqttDevice) -> None:
+    """Its wake word over MQTT: hello, the UDP channel, and the microphone's first datagrams."""
+    await device.connect()
+    for packet in MicEncoder(device.frame_ms).packets(bytes(16000 * 2 * device.frame_ms // 1000 * 3)):
+        device.send_datagram(packet)
+    await wait_for(hub.devices[device.options.mac], lambda d: d.connection is not None and d.connection.audio_open)
 
 
 @pytest.fixture

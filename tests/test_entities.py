@@ -412,6 +412,7 @@ async def test_entities_follow_a_device_added_later(
             "reboot",
             "transport",
             "transport_state",
+            "speaker",
         )
     }
     from xiaozhi_sim import SimulatorOptions

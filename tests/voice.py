@@ -6,7 +6,7 @@ The TTS answers a WAV tone whose length follows the text; HA converts it with re
 """
 
 from array import array
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable
 import io
 import math
 from pathlib import Path
@@ -50,16 +50,22 @@ def loud_seconds(pcm: bytes, rate: int = 16000) -> float:
     return loud / 100
 
 
-def tone_wav(seconds: float, rate: int = 22050) -> bytes:
-    """A 440 Hz tone as WAV (speech-like enough for Opus, easy to measure)."""
-    frames = array("h", (int(9000 * math.sin(2 * math.pi * 440 * i / rate)) for i in range(int(seconds * rate))))
+def wav_of(samples: array[int], rate: int) -> bytes:
+    """s16 mono samples as a WAV file."""
     out = io.BytesIO()
     with wave.open(out, "wb") as wav:
         wav.setnchannels(1)
         wav.setsampwidth(2)
         wav.setframerate(rate)
-        wav.writeframes(frames.tobytes())
+        wav.writeframes(samples.tobytes())
     return out.getvalue()
+
+
+def tone_wav(seconds: float, rate: int = 22050) -> bytes:
+    """A 440 Hz tone as WAV (speech-like enough for Opus, easy to measure)."""
+    return wav_of(
+        array("h", (int(9000 * math.sin(2 * math.pi * 440 * i / rate)) for i in range(int(seconds * rate)))), rate
+    )
 
 
 def speech_seconds(text: str) -> float:
@@ -75,6 +81,7 @@ class TestSTT(stt.SpeechToTextEntity):
 
     def __init__(self) -> None:
         self.received: list[bytes] = []
+        self.text: str | None = None  # what it hears in any speech; None: "heard N seconds"
 
     @property
     def supported_languages(self) -> list[str]:
@@ -108,7 +115,7 @@ class TestSTT(stt.SpeechToTextEntity):
         heard = loud_seconds(pcm)
         if heard < 0.3:
             return stt.SpeechResult(None, stt.SpeechResultState.ERROR)
-        return stt.SpeechResult(f"heard {heard:.1f} seconds", stt.SpeechResultState.SUCCESS)
+        return stt.SpeechResult(self.text or f"heard {heard:.1f} seconds", stt.SpeechResultState.SUCCESS)
 
 
 def mp3_of(wav_bytes: bytes) -> bytes:
@@ -169,6 +176,7 @@ class TestAgent(conversation.ConversationEntity):
         self.tool_results: list[Any] = []
         self.tool_names: list[str] = []  # what the Assist API offered
         self.thinking: str | None = None  # reasoning to stream before the reply (streaming only)
+        self.action: Callable[[conversation.ConversationInput], Awaitable[None]] | None = None  # as a tool does
 
     @property
     def supported_languages(self) -> Literal["*"]:
@@ -180,6 +188,8 @@ class TestAgent(conversation.ConversationEntity):
         self.inputs.append(user_input)
         if self.fail:
             raise ValueError("the agent broke")
+        if self.action is not None:
+            await self.action(user_input)
         if self.tool_plan:
             await chat_log.async_provide_llm_data(user_input.as_llm_context(TEST_DOMAIN), llm.LLM_API_ASSIST)
             assert chat_log.llm_api is not None

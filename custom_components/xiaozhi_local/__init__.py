@@ -26,6 +26,7 @@ PLATFORMS = [
     Platform.EVENT,
     Platform.IMAGE,
     Platform.LIGHT,
+    Platform.MEDIA_PLAYER,
     Platform.NUMBER,
     Platform.SELECT,
     Platform.SENSOR,

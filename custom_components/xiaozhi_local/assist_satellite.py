@@ -13,7 +13,8 @@ its timers) can reach another connection.
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+import contextlib
 from dataclasses import dataclass
 from functools import partial
 import inspect
@@ -31,6 +32,7 @@ from homeassistant.components.assist_pipeline.pipeline import (
 )
 from homeassistant.components.assist_satellite import (
     AssistSatelliteAnnouncement,
+    AssistSatelliteAnswer,
     AssistSatelliteConfiguration,
     AssistSatelliteEntity,
     AssistSatelliteEntityFeature,
@@ -57,7 +59,8 @@ from .device import XiaozhiDevice, translated_error
 from .entity import XiaozhiEntity, async_setup_device_entities
 from .hub import XiaozhiConfigEntry
 from .link import DeviceLink
-from .media import audio_executor, tts_pcm
+from .media import MediaUnreadable, audio_executor, tts_pcm
+from .notify import Announcement
 from .protocol import voice
 from .protocol.audio import AudioError, Decoded, ThreadedDecoder
 from .protocol.messages import ControlMessage
@@ -156,6 +159,11 @@ class _Run:
     text_only: bool = False  # typed text, and the assistant has no text-to-speech: the reply is shown
     cannot_serve: bool = False  # the assistant lacks what this needs: said once, conversation ended
     cancelled: bool = False
+    media: str | None = None  # the title, when the run plays media (a media player's)
+    then_media: tuple[str, AsyncGenerator[bytes]] | None = None  # asked for during the turn: after the reply
+    media_check: Callable[[Any], None] | None = None  # closes ``then_media`` once the run ended without it
+    took_media: bool = False  # the reply's end has passed: media asked for now starts on its own
+    replied: bool = False  # Home Assistant was told the reply is over
 
     def cancel(self) -> None:
         """Stop everything of it: audio (and the turn's timers), pipeline, speech."""
@@ -182,6 +190,8 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         self._wake_phrase: str | None = None
         self._deferred_detect: tuple[str, CALLBACK_TYPE, DeviceLink] | None = None
         self._early_audio: deque[tuple[DeviceLink, float, bytes]] = deque(maxlen=EARLY_AUDIO_PACKETS)
+        self._idle_media: tuple[str, asyncio.Task[None]] | None = None  # media played by notify (2.5)
+        self._unanswered: asyncio.Future[None] | None = None  # set when a question's answer cannot come
 
     async def async_added_to_hass(self) -> None:
         """Take the device's voice; handle the timers set by talking to it."""
@@ -200,6 +210,9 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             if self._run is not None:
                 self._run.cancel()
                 self._run = None
+            if self._idle_media is not None:
+                self._idle_media[1].cancel()
+                self._idle_media = None
 
         self.async_on_remove(release)
 
@@ -350,6 +363,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         if run is not None and run.connection is connection:
             _LOGGER.debug("Device %s disconnected during a conversation; ending it", self.device.mac)
             self._end_run(run)
+        self._no_answer()
 
     # -- runs ----------------------------------------------------------------------------------
 
@@ -363,6 +377,8 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         previous, self._run = self._run, run
         if previous is not None:
             previous.cancel()
+            if previous.media is not None:
+                self.device.async_link_changed()  # the media stopped (a wake word, a question)
         return previous
 
     @property
@@ -378,7 +394,8 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
 
     @callback
     def _end_run(self, run: _Run) -> None:
-        """Cancel ``run`` (disconnect, abort): the satellite is idle again."""
+        """Cancel ``run`` (disconnect, abort, silence): the satellite is idle again."""
+        self._no_answer()  # a question waiting for its answer gets none
         run.cancel()
         if self._run is run:
             self._idle()
@@ -705,15 +722,49 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         run.tts_task = self._config_entry().async_create_background_task(
             self.hass, self._async_play(run, source, respond=True), f"xiaozhi_local tts {self.device.mac}"
         )
+        if run.media_check is not None:  # media waits for this reply
+            run.tts_task.add_done_callback(run.media_check)
 
     async def _async_play(self, run: _Run, source: AsyncIterator[bytes] | None, *, respond: bool) -> None:
-        """Play on the run's channel (``speaker.async_speak``); a reply then ends the run."""
+        """Play on the run's channel (``speaker.async_speak``); a reply then ends the run.
+
+        Media asked for during the turn (an agent that starts music on the device it talks to)
+        follows the reply in the same speech, without the ``tts stop`` that would make the
+        device listen in between.
+        """
+        if respond:
+            source = self._reply_then_media(run, source)
         try:
             await speaker.async_speak(self.hass, run.connection, source, lambda: run.tts_text)
         finally:
             if respond and not run.cancelled:
-                self.tts_response_finished()
+                self._replied(run)
                 self._finished(run)
+
+    async def _reply_then_media(self, run: _Run, reply: AsyncIterator[bytes] | None) -> AsyncGenerator[bytes]:
+        """The reply's PCM, then the media asked for meanwhile (if any), as one stream."""
+        if reply is not None:
+            async for pcm in reply:
+                yield pcm
+        run.took_media = True
+        if run.then_media is None or run.cancelled:
+            return
+        title, media = run.then_media
+        run.then_media = None
+        self._replied(run)
+        run.media = title
+        self.device.async_link_changed()  # the speaker plays
+        async with contextlib.aclosing(media):
+            await run.connection.async_send_json(voice.tts_sentence(title))
+            async for pcm in media:
+                yield pcm
+
+    @callback
+    def _replied(self, run: _Run) -> None:
+        """The reply has been heard: Home Assistant's satellite state leaves responding (once)."""
+        if not run.replied:
+            run.replied = True
+            self.tts_response_finished()
 
     # -- announcements -------------------------------------------------------------------------
 
@@ -727,6 +778,45 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         self._connection_or_raise()
         self._supersede()
         await super().async_internal_announce(*args, **kwargs)
+
+    async def async_internal_ask_question(self, *args: Any, **kwargs: Any) -> AssistSatelliteAnswer | None:
+        """Ask on the open channel: the device listens after the question, the answer is matched.
+
+        Home Assistant waits for the answer's speech-to-text without a limit; here the action
+        fails instead when the answer cannot come (nobody spoke, the question was dismissed, the
+        device went away). A device without a conversation channel cannot be made to listen
+        (the firmware opens it only itself): refused before anything is said.
+        """
+        connection = self._connection_or_raise()
+        if not connection.audio_open:
+            raise translated_error("question_no_channel", device=self.device.name)
+        self._supersede()
+        unanswered: asyncio.Future[None] = self.hass.loop.create_future()
+        self._unanswered = unanswered
+        asking = self.hass.async_create_task(
+            super().async_internal_ask_question(*args, **kwargs), f"xiaozhi_local question {self.device.mac}"
+        )
+        try:
+            waiting: set[asyncio.Future[Any]] = {asking, unanswered}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if not asking.done():
+                asking.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asking
+                raise translated_error("question_unanswered", device=self.device.name)
+            return asking.result()
+        except asyncio.CancelledError:
+            asking.cancel()
+            raise
+        finally:
+            if self._unanswered is unanswered:
+                self._unanswered = None
+
+    @callback
+    def _no_answer(self) -> None:
+        """The conversation a question waits in ended: its answer will not come."""
+        if self._unanswered is not None and not self._unanswered.done():
+            self._unanswered.set_result(None)
 
     async def async_internal_start_conversation(self, *args: Any, **kwargs: Any) -> None:
         """Refuse before any speech is made when the device is away; it replaces a running turn."""
@@ -782,6 +872,128 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             raise
         finally:
             self._finished(run)
+
+    # -- media (the device's media player) -----------------------------------------------------
+
+    @property
+    def media_title(self) -> str | None:
+        """The title of the media playing now (through the channel, or by ``notify``); else None."""
+        run = self._run
+        if run is not None and run.media is not None and not run.cancelled:
+            return run.media
+        return self._idle_media[0] if self._idle_media is not None else None
+
+    async def async_play_media(self, url: str, title: str) -> None:
+        """Start playing ``url``; returns once it plays.
+
+        Through the open conversation channel on any firmware (framed like speech: a new turn or
+        an ``abort`` stops it); to an idle device by ``notify`` where its firmware plays it (2.5).
+        Otherwise, and for media ffmpeg cannot read, a translated error says why.
+        """
+        connection = self._connection_or_raise()
+        if not connection.audio_open and not self.device.plays_notify:
+            raise translated_error("media_no_channel", device=self.device.name)
+        self.async_stop_media()
+        try:
+            source = await speaker.async_open_media(self.hass, url)
+        except MediaUnreadable as err:
+            raise translated_error("media_unreadable", device=self.device.name, reason=str(err)) from None
+        if (run := self._run) is not None and run.connection is connection and self._answering(run):
+            # Asked for during a turn (most likely by its agent): it plays right after the reply.
+            # Cancelling the turn here would cancel the very agent call that asked for it.
+            self._play_after_reply(run, title, source)
+            return
+        if connection.audio_open:
+            self._supersede()
+            run = _Run(connection, media=title)
+            self._begin(run)
+            run.tts_text = title
+            run.tts_task = self._config_entry().async_create_background_task(
+                self.hass, self._async_play_media(run, source), f"xiaozhi_local media {self.device.mac}"
+            )
+            self.device.async_link_changed()
+            return
+        waiting = await speaker.async_notify(self._config_entry().runtime_data, connection, [lambda: source], title)
+        if waiting is None:
+            await source.aclose()
+            raise translated_error("media_not_fetched", device=self.device.name)
+        task = self._config_entry().async_create_background_task(
+            self.hass, self._async_until_played(waiting), f"xiaozhi_local media {self.device.mac}"
+        )
+        self._idle_media = (title, task)
+        self.device.async_link_changed()
+
+    @staticmethod
+    def _answering(run: _Run) -> bool:
+        """Whether ``run`` is a turn whose reply is still to come or under way (not media, not ended)."""
+        return (
+            not run.cancelled
+            and run.media is None
+            and run.task is not None
+            and not run.took_media
+            and not run.cannot_serve
+        )
+
+    @callback
+    def _play_after_reply(self, run: _Run, title: str, source: AsyncGenerator[bytes]) -> None:
+        """Queue ``source`` after ``run``'s reply (replacing media queued before).
+
+        Closed (its ffmpeg ended) if the run ends without playing it: cancelled, or failed.
+        """
+        if run.then_media is not None:
+            self._close_later(run.then_media[1])
+        entry = (title, source)
+        run.then_media = entry
+
+        @callback
+        def check(_task: Any = None) -> None:
+            if run.then_media is not entry:
+                return  # played, or replaced
+            if all(task.done() for task in (run.task, run.tts_task) if task is not None):
+                run.then_media = None
+                self._close_later(source)
+
+        run.media_check = check
+        for task in (run.task, run.tts_task):
+            if task is not None:
+                task.add_done_callback(check)
+
+    def _close_later(self, source: AsyncGenerator[bytes]) -> None:
+        self._config_entry().async_create_background_task(
+            self.hass, source.aclose(), f"xiaozhi_local media close {self.device.mac}"
+        )
+
+    async def _async_play_media(self, run: _Run, source: AsyncIterator[bytes]) -> None:
+        try:
+            await self._async_play(run, source, respond=False)
+        finally:
+            if self._run is run:
+                self._idle()
+
+    async def _async_until_played(self, waiting: Announcement) -> None:
+        try:
+            await speaker.async_until_played(waiting)
+        finally:
+            if self._idle_media is not None and self._idle_media[1] is asyncio.current_task():
+                self._idle_media = None
+                self.device.async_link_changed()
+
+    async def async_announce_media(self, url: str) -> None:
+        """A media player's announcement: the satellite's own (``assist_satellite.announce``)."""
+        await self.async_internal_announce(media_id=url, preannounce=False)
+
+    @callback
+    def async_stop_media(self) -> None:
+        """Stop the media that plays (the device goes back to what it did: listening, or idle)."""
+        run = self._run
+        if run is not None and run.media is not None:
+            run.cancel()
+            self._idle()
+        if self._idle_media is not None:
+            _title, task = self._idle_media
+            self._idle_media = None
+            task.cancel()
+            self.device.async_link_changed()
 
     async def async_start_conversation(self, start_announcement: AssistSatelliteAnnouncement) -> None:
         """Speak, then the device listens: in auto mode ``tts stop`` makes it open its microphone."""

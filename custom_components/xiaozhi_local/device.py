@@ -80,6 +80,19 @@ class VoiceHandler(Protocol):
     def busy(self) -> bool:
         """Whether a conversation turn, a reply or an announcement is under way (tells listeners when it ends)."""
 
+    @property
+    def media_title(self) -> str | None:
+        """The title of the media it plays now, or None (tells listeners when that changes)."""
+
+    async def async_play_media(self, url: str, title: str) -> None:
+        """Play media on the speaker; raises a translated error when it cannot."""
+
+    def async_stop_media(self) -> None:
+        """Stop the media that plays."""
+
+    async def async_announce_media(self, url: str) -> None:
+        """Announce the media at ``url`` (blocks until played)."""
+
 
 REPORT_SAVE_DELAY = 10.0
 """Seconds before what the device reported is saved (many reports make one write)."""

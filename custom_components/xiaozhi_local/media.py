@@ -5,7 +5,7 @@ turns what Home Assistant has (a TTS stream, a media URL) into PCM for them.
 """
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 import contextlib
 from typing import Final
@@ -28,7 +28,7 @@ SLICE_SECONDS: Final = 0.5
 DATA_AUDIO_EXECUTOR: HassKey[Executor] = HassKey(f"{DOMAIN}_audio_executor")
 
 
-async def tts_pcm(hass: HomeAssistant, token: str) -> AsyncIterator[bytes]:
+async def tts_pcm(hass: HomeAssistant, token: str) -> AsyncGenerator[bytes]:
     """The TTS stream ``token`` as PCM.
 
     The satellite asks HA for WAV only, at whatever rate and sample format the engine makes
@@ -102,8 +102,15 @@ def full_url(hass: HomeAssistant, media: str) -> str:
         return f"http://127.0.0.1:{hass.http.server_port}{media}"
 
 
-async def ffmpeg_pcm(hass: HomeAssistant, url: str) -> AsyncIterator[bytes]:
-    """Any media URL → s16 mono PCM at the downlink rate, by HA's ffmpeg (as Wyoming does)."""
+class MediaUnreadable(HomeAssistantError):
+    """ffmpeg could not read the media (what it said is the message)."""
+
+
+async def ffmpeg_pcm(hass: HomeAssistant, url: str) -> AsyncGenerator[bytes]:
+    """Any media URL → s16 mono PCM at the downlink rate, by HA's ffmpeg (as Wyoming does).
+
+    Raises MediaUnreadable when ffmpeg fails before any audio came (what it said is the message).
+    """
     process = await asyncio.create_subprocess_exec(
         get_ffmpeg_manager(hass).binary,
         "-nostdin",
@@ -119,12 +126,18 @@ async def ffmpeg_pcm(hass: HomeAssistant, url: str) -> AsyncIterator[bytes]:
         str(DOWNLINK_SAMPLE_RATE),
         "pipe:",
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
     )
     assert process.stdout is not None
+    assert process.stderr is not None
+    produced = False
     try:
         while chunk := await process.stdout.read(8192):
+            produced = True
             yield chunk
+        said = (await process.stderr.read(4096)).decode(errors="replace").strip()
+        if await process.wait() != 0 and not produced:
+            raise MediaUnreadable(said.splitlines()[-1] if said else f"ffmpeg exited with {process.returncode}")
     finally:
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):

@@ -8,7 +8,8 @@ See docs/protocol.md §3.
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
+import contextlib
 from dataclasses import dataclass, field
 import logging
 import secrets
@@ -31,7 +32,7 @@ NOTIFY_TTL: Final = 120.0
 MAX_WAITING: Final = 32
 """Announcements waiting for their fetch at once; the oldest gives way."""
 
-type PcmSource = Callable[[], AsyncIterator[bytes]]
+type PcmSource = Callable[[], AsyncGenerator[bytes]]
 
 
 @dataclass
@@ -97,11 +98,12 @@ class XiaozhiNotifyView(HomeAssistantView):
         loop, codec = asyncio.get_running_loop(), audio_executor(hass)  # encoded beside the loop
         try:
             for make in announcement.sources:
-                async for pcm in make():
-                    if announcement.stopped:
-                        break
-                    if data := await loop.run_in_executor(codec, writer.feed, pcm):
-                        await response.write(data)
+                async with contextlib.aclosing(make()) as pcm_stream:
+                    async for pcm in pcm_stream:
+                        if announcement.stopped:
+                            break
+                        if data := await loop.run_in_executor(codec, writer.feed, pcm):
+                            await response.write(data)
             await response.write(await loop.run_in_executor(codec, writer.finish))
             await response.write_eof()
         except (ConnectionError, AudioError, HomeAssistantError) as err:

@@ -12,17 +12,18 @@ how the sound travels is here, once.
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+import contextlib
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from homeassistant.components.assist_satellite import AssistSatelliteAnnouncement
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 
 from .link import DeviceLink
-from .media import audio_executor, ffmpeg_pcm, full_url, tts_pcm
-from .notify import PcmSource
+from .media import MediaUnreadable, audio_executor, ffmpeg_pcm, full_url, tts_pcm
+from .notify import Announcement, PcmSource
 from .protocol import voice
 from .protocol.audio import AudioError, OpusEncoder, Pacer, split_sentences
 from .protocol.messages import DOWNLINK_SAMPLE_RATE
@@ -40,6 +41,8 @@ FIRST_FRAME_GAP: Final = 0.08
 """Pause between ``tts start`` and the first packet: the device resets its queue on entering speaking."""
 NOTIFY_FETCH_TIMEOUT: Final = 10.0
 """Seconds a 2.5 device has to fetch a ``notify`` announcement before it is shown as an alert."""
+MEDIA_OPEN_TIMEOUT: Final = 15.0
+"""Seconds a media URL has to give its first audio (a radio stream connects, a file is read)."""
 
 type TextSource = Callable[[], str | None]
 """The text to show while speaking, read as it plays (a streamed reply's text comes later)."""
@@ -81,6 +84,8 @@ async def async_speak(
     except (ConnectionError, AudioError, HomeAssistantError) as err:
         _LOGGER.warning("Device %s: speech stopped: %s", connection.device.mac, err)
     finally:
+        if isinstance(source, AsyncGenerator):
+            await source.aclose()  # now, in this task: its ffmpeg ends with it (not at a later GC)
         await connection.async_send_json(voice.tts_stop())
         connection.touch()
 
@@ -96,11 +101,12 @@ async def _show_sentences(connection: DeviceLink, text: TextSource, shown: int, 
     return shown
 
 
-async def chained(sources: list[PcmSource]) -> AsyncIterator[bytes]:
-    """The PCM of each source in turn (a chime, then the message)."""
+async def chained(sources: list[PcmSource]) -> AsyncGenerator[bytes]:
+    """The PCM of each source in turn (a chime, then the message); each closed when left."""
     for make in sources:
-        async for pcm in make():
-            yield pcm
+        async with contextlib.aclosing(make()) as pcm_stream:
+            async for pcm in pcm_stream:
+                yield pcm
 
 
 def announcement_sources(hass: HomeAssistant, announcement: AssistSatelliteAnnouncement) -> list[PcmSource]:
@@ -118,28 +124,83 @@ def announcement_sources(hass: HomeAssistant, announcement: AssistSatelliteAnnou
     return sources
 
 
-async def async_notify(hub: XiaozhiHub, connection: DeviceLink, sources: list[PcmSource], text: str) -> bool:
-    """``notify`` (firmware 2.5): the device fetches it and plays it; True once it has been played.
+async def async_notify(
+    hub: XiaozhiHub, connection: DeviceLink, sources: list[PcmSource], text: str
+) -> Announcement | None:
+    """``notify`` (firmware 2.5): the device told, and fetching it; its ``played`` is set at the end.
 
-    False when the device did not fetch it in time (busy: it ignores ``notify`` then, or it cannot
+    None when the device did not fetch it in time (busy: it ignores ``notify`` then, or it cannot
     reach the URL) or could not be told.
     """
     token, waiting = hub.announcements.add(sources)
     subtitles = [{"start_ms": 0, "text": text}] if text else []
     if not await connection.async_send_json(voice.notify(hub.notify_url(token), subtitles)):
-        return False
+        return None
     try:
         async with asyncio.timeout(NOTIFY_FETCH_TIMEOUT):
             await waiting.fetched.wait()
     except TimeoutError:
         _LOGGER.debug("Device %s did not fetch its announcement", connection.device.mac)
-        return False
+        return None
+    return waiting
+
+
+async def async_until_played(waiting: Announcement) -> None:
+    """Until the device has played it; cancelled, the stream ends where it is (the device stops)."""
     try:
         await waiting.played.wait()
     except asyncio.CancelledError:
-        waiting.stopped = True  # the stream ends where it is: the device stops playing
+        waiting.stopped = True
         raise
-    return True
+
+
+class OpenedMedia(AsyncGenerator[bytes]):
+    """A PCM stream whose first chunk was read already: yields it first, then the rest.
+
+    ``aclose`` ends the stream underneath (its ffmpeg) whether or not iteration ever began.
+    """
+
+    def __init__(self, first: bytes, source: AsyncGenerator[bytes]) -> None:
+        self._first: bytes | None = first
+        self._source = source
+
+    async def asend(self, value: None) -> bytes:
+        """The next chunk (the one read ahead first)."""
+        if (first := self._first) is not None:
+            self._first = None
+            return first
+        return await self._source.asend(value)
+
+    async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> bytes:
+        """Into the stream underneath."""
+        self._first = None
+        return await self._source.athrow(typ, val, tb)
+
+    async def aclose(self) -> None:
+        """End the stream underneath (its ffmpeg)."""
+        self._first = None
+        await self._source.aclose()
+
+
+async def async_open_media(hass: HomeAssistant, url: str) -> OpenedMedia:
+    """The media at ``url`` as PCM, once its first audio is there (MediaUnreadable otherwise).
+
+    Read ahead by one chunk, so that a URL ffmpeg cannot read fails here, before the device is told
+    anything. Close what is returned (``aclose``) if it is not played to its end.
+    """
+    source = ffmpeg_pcm(hass, url)
+    try:
+        async with asyncio.timeout(MEDIA_OPEN_TIMEOUT):
+            first = await anext(source)
+    except StopAsyncIteration:
+        raise MediaUnreadable("no audio in it") from None
+    except TimeoutError:
+        await source.aclose()
+        raise MediaUnreadable(f"no audio within {MEDIA_OPEN_TIMEOUT:.0f} s") from None
+    except BaseException:
+        await source.aclose()
+        raise
+    return OpenedMedia(first, source)
 
 
 async def async_speak_idle(
@@ -149,7 +210,8 @@ async def async_speak_idle(
 
     ``text`` is shown with the sound; ``alert`` (default: ``text``) is what the alert shows instead.
     """
-    if connection.device.plays_notify and await async_notify(hub, connection, sources, text):
+    if connection.device.plays_notify and (waiting := await async_notify(hub, connection, sources, text)):
+        await async_until_played(waiting)
         return
     status = "通知" if hub.hass.config.language.lower().startswith("zh") else "Announcement"
     await connection.async_send_json(voice.alert(alert or text, status=status, emotion=voice.EMOTION_ANSWER))

@@ -1,0 +1,157 @@
+"""Each device's speaker as a media player: media from HA's browser, URLs, announcements, volume.
+
+What plays and how it reaches the device is the voice satellite's (``async_play_media``, through
+``speaker.py``): the media player resolves what it is asked to play into a URL ffmpeg can open,
+and shows what the device does. Its state: off while the device is away, playing while media
+plays, idle otherwise. Pause is not offered: a live stream has nothing to resume, and the
+device's decode queue keeps no more than a second or two.
+"""
+
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from homeassistant.components import media_source
+from homeassistant.components.media_player import MediaPlayerEntity, MediaPlayerEntityDescription
+from homeassistant.components.media_player.browse_media import BrowseMedia, async_process_play_media_url
+from homeassistant.components.media_player.const import (
+    ATTR_MEDIA_ANNOUNCE,
+    ATTR_MEDIA_EXTRA,
+    MediaPlayerDeviceClass,
+    MediaPlayerEntityFeature,
+    MediaPlayerState,
+    MediaType,
+)
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
+
+from .device import VoiceHandler, XiaozhiDevice, translated_error
+from .entity import XiaozhiEntity, async_setup_device_entities
+from .hub import XiaozhiConfigEntry
+from .tool_map import NUMBERS, reported
+
+PARALLEL_UPDATES = 0
+
+SPEAKER = MediaPlayerEntityDescription(
+    key="speaker", translation_key="speaker", device_class=MediaPlayerDeviceClass.SPEAKER
+)
+VOLUME = next(row for row in NUMBERS if row.key == "volume")
+"""The Volume number's row: the same tool, the same reported value, the same pending setting."""
+
+
+async def async_setup_entry(
+    hass: HomeAssistant, entry: XiaozhiConfigEntry, async_add_entities: AddConfigEntryEntitiesCallback
+) -> None:
+    """A speaker for every device."""
+    async_setup_device_entities(
+        hass, entry, async_add_entities, lambda device: [("speaker", lambda: XiaozhiSpeaker(device))]
+    )
+
+
+def _title(url: str, extra: Any) -> str:
+    """What the device shows while it plays: the caller's title, else the file's name.
+
+    A title comes as ``extra.title``, or as Music Assistant (and Cast) pass it:
+    ``extra.metadata.title`` with ``extra.metadata.artist``.
+    """
+    extra = extra if isinstance(extra, dict) else {}
+    metadata = extra.get("metadata") if isinstance(extra.get("metadata"), dict) else {}
+    title, artist = extra.get("title") or metadata.get("title"), metadata.get("artist")
+    if isinstance(title, str) and title.strip():
+        if isinstance(artist, str) and artist.strip():
+            title = f"{title.strip()} - {artist.strip()}"
+        return title.strip()[:100]
+    name = PurePosixPath(unquote(urlsplit(url).path)).stem
+    return name[:100] or "Media"
+
+
+class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
+    """The device's speaker."""
+
+    def __init__(self, device: XiaozhiDevice) -> None:
+        super().__init__(device, SPEAKER)
+
+    @property
+    def _voice(self) -> VoiceHandler | None:
+        return self.device.voice
+
+    @property
+    def available(self) -> bool:
+        """Always: an away device is shown as off, not unavailable."""
+        return True
+
+    @property
+    def supported_features(self) -> MediaPlayerEntityFeature:
+        """Playing, stopping and announcing; volume where the device has the tool."""
+        features = (
+            MediaPlayerEntityFeature.PLAY_MEDIA
+            | MediaPlayerEntityFeature.BROWSE_MEDIA
+            | MediaPlayerEntityFeature.MEDIA_ANNOUNCE
+            | MediaPlayerEntityFeature.STOP
+        )
+        if VOLUME.setter in self.device.tools:
+            features |= MediaPlayerEntityFeature.VOLUME_SET | MediaPlayerEntityFeature.VOLUME_STEP
+        return features
+
+    @property
+    def state(self) -> MediaPlayerState:
+        """Off while the device is away; playing while media plays; idle otherwise."""
+        if not self.device.connected:
+            return MediaPlayerState.OFF
+        voice = self._voice
+        return MediaPlayerState.PLAYING if voice is not None and voice.media_title else MediaPlayerState.IDLE
+
+    @property
+    def media_content_type(self) -> MediaType | None:
+        """Music while something plays."""
+        return MediaType.MUSIC if self.media_title else None
+
+    @property
+    def media_title(self) -> str | None:
+        """What plays."""
+        voice = self._voice
+        return voice.media_title if voice is not None else None
+
+    @property
+    def volume_level(self) -> float | None:
+        """The device's volume (a setting made while it was away shows at once)."""
+        pending = self.device.pending.get(VOLUME.key)
+        value = pending["value"] if pending is not None else reported(self.device.queries, VOLUME)
+        return max(0.0, min(1.0, value / 100)) if isinstance(value, (int, float)) else None
+
+    async def async_set_volume_level(self, volume: float) -> None:
+        """The device's own volume tool (kept for the next connection while it is away)."""
+        value = round(max(0.0, min(1.0, volume)) * 100)
+        await self.device.async_set(VOLUME.key, VOLUME.setter, {VOLUME.argument: value}, value)
+
+    async def async_play_media(self, media_type: str, media_id: str, **kwargs: Any) -> None:
+        """Play a media-source item or a plain http(s) URL (Music Assistant hands over streams so)."""
+        voice = self._voice
+        if voice is None or not self.device.connected:
+            raise translated_error("device_offline", device=self.device.name)
+        if media_source.is_media_source_id(media_id):
+            item = await media_source.async_resolve_media(self.hass, media_id, self.entity_id)
+            media_id = item.url
+        url = async_process_play_media_url(self.hass, media_id)
+        if not url.startswith(("http://", "https://")):
+            raise translated_error("media_unreadable", device=self.device.name, reason="not an http(s) URL")
+        if kwargs.get(ATTR_MEDIA_ANNOUNCE):
+            # The satellite's announcement: the same path as assist_satellite.announce.
+            await voice.async_announce_media(url)
+            return
+        await voice.async_play_media(url, _title(url, kwargs.get(ATTR_MEDIA_EXTRA)))
+
+    async def async_media_stop(self) -> None:
+        """Stop it (the device goes back to listening, or to idle)."""
+        if (voice := self._voice) is not None:
+            voice.async_stop_media()
+
+    async def async_browse_media(
+        self, media_content_type: MediaType | str | None = None, media_content_id: str | None = None
+    ) -> BrowseMedia:
+        """HA's media sources, audio only."""
+        return await media_source.async_browse_media(
+            self.hass,
+            media_content_id,
+            content_filter=lambda item: item.media_content_type.startswith("audio/"),
+        )
