@@ -8,6 +8,8 @@
 
 ``firmware [N]``: N devices (100) install a 2.5 MB firmware image from Home Assistant at once (``bench/firmware.py``).
 
+``media [N]``: N devices (20) play a radio stream at once among idle ones (``--devices``, 1000) (``bench/media.py``).
+
 ``fuzz``: hostile frames through the protocol layer (see ``bench/fuzz.py``).
 
 ``audio``: the voice audio path.
@@ -39,6 +41,7 @@ from .crash import crash
 from .firmware import firmware_load
 from .fuzz import fuzz_report, run_fuzz
 from .load import load, pct
+from .media import media_load
 from .mqtt import mqtt_load
 from .talkers import talkers
 
@@ -215,8 +218,12 @@ def write_sections(reports: list[str]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("which", choices=["audio", "fuzz", "load", "mqtt", "talkers", "crash", "firmware", "all"])
-    parser.add_argument("count", nargs="?", type=int, help="talkers/firmware: how many devices (default 100)")
+    parser.add_argument(
+        "which", choices=["audio", "fuzz", "load", "mqtt", "talkers", "crash", "firmware", "media", "all"]
+    )
+    parser.add_argument(
+        "count", nargs="?", type=int, help="talkers/firmware: how many devices (default 100); media: how many play (20)"
+    )
     parser.add_argument("--trials", type=int, default=5, help="kill -9 trials for crash")
     parser.add_argument("--devices", type=int, default=1000, help="simulated devices for load")
     parser.add_argument("--concurrency", type=int, default=100, help="devices booting at once in the ramp")
@@ -255,6 +262,18 @@ def main() -> int:
     if args.which in ("firmware", "all"):
         reports.append(
             asyncio.run(firmware_load(devices=args.count or 100, concurrency=args.concurrency, port=args.port))
+        )
+    if args.which in ("media", "all"):
+        reports.append(
+            asyncio.run(
+                media_load(
+                    devices=args.devices,
+                    playing=args.count or 20,
+                    seconds=30.0,
+                    concurrency=args.concurrency,
+                    port=args.port,
+                )
+            )
         )
     if args.which in ("crash", "all"):
         report, intact = asyncio.run(crash(args.trials, args.port, args.seed))

@@ -23,6 +23,7 @@ import wave
 
 from xiaozhi_sim import SimulatedDevice
 from xiaozhi_sim.mqtt import MqttDevice
+from xiaozhi_sim.voice import MicEncoder
 
 from .load import SPEECH, Run, bench_options, failure_text, lateness
 
@@ -40,19 +41,27 @@ class Voices:
     mqtt: bool = False
     process: asyncio.subprocess.Process | None = None
 
-    async def start(self, concurrency: int = 50) -> dict[str, Any]:
-        """Start the child; returns once its devices are booted and connected (``{"ready", "failures"}``)."""
+    async def start(self, concurrency: int = 50, *, prove: bool = False) -> dict[str, Any]:
+        """Start the child; returns once its devices are booted and connected (``{"ready", "failures"}``).
+
+        ``prove``: MQTT devices also send their microphone's first datagrams (the channel carries
+        downlink audio once the device has proved its UDP address), as after a wake word."""
         self.process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.voices",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=2**26,
         )  # fmt: skip
-        spec = {"ota": self.ota, "macs": self.macs, "mqtt": self.mqtt, "concurrency": concurrency}
+        spec = {"ota": self.ota, "macs": self.macs, "mqtt": self.mqtt, "concurrency": concurrency, "prove": prove}
         return await self._ask(spec)
 
     async def talk(self, *, mode: str, wake: bool, silence_after: float) -> dict[str, Any]:
         """Every device talks at once (real-time Opus): ``turns``, per device what it did and heard;
         the receiver's own ``cpu_s`` and ``lag_p99_ms`` meanwhile."""
         return await self._ask({"talk": {"mode": mode, "wake": wake, "silence_after": silence_after}})
+
+    async def play(self, seconds: float) -> dict[str, Any]:
+        """Every device listens for ``seconds`` to what HA plays it (the parent starts it meanwhile):
+        per device its ``arrivals`` and drops; the receiver's own ``cpu_s`` and ``lag_p99_ms``."""
+        return await self._ask({"play": {"seconds": seconds}})
 
     async def stop(self) -> None:
         if self.process is None or self.process.returncode is not None:
@@ -157,6 +166,9 @@ async def _boot(spec: dict[str, Any]) -> tuple[list[SimulatedDevice], str]:
             else:
                 await sim.boot(spec["ota"])
             await sim.connect()  # MQTT: the wake word's hello opens the UDP channel
+            if isinstance(sim, MqttDevice) and spec.get("prove"):  # its microphone's first datagrams
+                for packet in MicEncoder(sim.frame_ms).packets(bytes(16000 * 2 * sim.frame_ms // 1000 * 3)):
+                    sim.send_datagram(packet)
 
     results = await asyncio.gather(*(one(sim) for sim in sims), return_exceptions=True)
     failures = [r for r in results if isinstance(r, BaseException)]
@@ -211,6 +223,32 @@ async def _talk(sims: list[SimulatedDevice], pcm: bytes, mode: str, wake: bool, 
     }
 
 
+async def _play(sims: list[SimulatedDevice], seconds: float) -> dict[str, Any]:
+    marks = [len(sim.audio_at) for sim in sims]
+    dropped = [(sim.queue_dropped, getattr(sim, "datagrams_dropped", 0)) for sim in sims]
+    loop = asyncio.get_running_loop()
+    lags: list[float] = []
+    cpu = sum(os.times()[:2])
+    until = loop.time() + seconds
+    while (start := loop.time()) < until:  # this process's own lateness, as in _talk
+        await asyncio.sleep(0.02)
+        lags.append(max(0.0, loop.time() - start - 0.02))
+    lags.sort()
+    return {
+        "devices": [
+            {
+                "mac": sim.options.mac,
+                "arrivals": sim.audio_at[mark:],
+                "queue_dropped": sim.queue_dropped - queue,
+                "datagrams_dropped": getattr(sim, "datagrams_dropped", 0) - datagrams,
+            }
+            for sim, mark, (queue, datagrams) in zip(sims, marks, dropped, strict=True)
+        ],
+        "lag_p99_ms": lags[int(0.99 * len(lags))] * 1000 if lags else 0.0,
+        "cpu_s": sum(os.times()[:2]) - cpu,
+    }
+
+
 async def _serve() -> None:
     loop = asyncio.get_running_loop()
 
@@ -229,6 +267,9 @@ async def _serve() -> None:
         pcm = wav.readframes(wav.getnframes())
     try:
         while "quit" not in (command := await read()):
+            if "play" in command:
+                write(await _play(sims, float(command["play"]["seconds"])))
+                continue
             talk = command["talk"]
             write(await _talk(sims, pcm, talk["mode"], talk["wake"], talk["silence_after"]))
     finally:
