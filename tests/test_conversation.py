@@ -18,13 +18,13 @@ from homeassistant.util import dt as dt_util
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
-from custom_components.xiaozhi_local.const import DOMAIN
+from custom_components.xiaozhi_local.const import DEFAULT_SILENCE_TIMEOUT, DOMAIN
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.voice import UPLINK_RATE, MicEncoder, frame
 
 from .conftest import MAC, TOKEN, wait_settled, ws_url
 from .test_voice import kinds, tts_stops, wait_state
-from .voice import Voice, speech_pcm
+from .voice import Voice, loud_seconds, speech_pcm
 
 SATELLITE = "assist_satellite.kitchen"
 
@@ -316,3 +316,43 @@ async def test_push_to_talk_asked_back_waits_for_the_next_press(hass: HomeAssist
     await tts_stops(device, 2)
     first, second = ready.agent.inputs
     assert first.conversation_id == second.conversation_id
+
+
+async def test_the_load_tester_that_never_releases_is_answered(
+    hass: HomeAssistant, ready: Voice, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> None:
+    """xiaozhi-concurrent: manual listen start, speech, then silence, no listen stop. Push-to-talk
+    waits for the release, but seconds of nothing but silence after speech end the turn too (a
+    pause held on the button is shorter: ``test_push_to_talk_is_not_cut_at_a_pause``)."""
+    hass.config_entries.async_update_entry(setup_integration, options={"accept_without_code": True})
+    await hass.async_block_till_done()
+    tester = SimulatedDevice(SimulatorOptions(url=ws_url(client), mac="02:00:00:00:00:07", flavor="xiaozhi-concurrent"))
+    await tester.connect()
+    await tester.say(speech_pcm())
+    await tts_stops(tester)
+    stt = next(m for m in tester.log if m.get("type") == "stt")
+    assert stt["text"].startswith("heard ")
+    assert float(stt["text"].split()[1]) == pytest.approx(loud_seconds(speech_pcm()), abs=0.3)
+    assert len(ready.agent.inputs) == 1
+    assert not any(m.get("state") == "stop" and m.get("type") == "listen" for m in tester.sent)
+    await tester.drop()
+
+
+async def test_a_microphone_of_silence_ends_the_conversation_as_the_option_says(
+    hass: HomeAssistant, ready: Voice, make: Any
+) -> None:
+    """Only silence (auto mode): HA ends each turn at its command limit with no text, the device
+    listens again, and the "no speech" time still counts from when it began listening."""
+    device = await make()
+    device.relisten = False
+    started = dt_util.utcnow()
+    await device.say(b"", silence_after=16.0)  # more than HA's 15 s command limit, sent fast
+    await tts_stops(device)  # no text: the empty answer
+    assert not any(m.get("type") == "stt" and m.get("text") for m in device.log)
+    await asyncio.sleep(1.5)  # the device drains its playback, then listens again: a later turn
+    await device.say(b"", silence_after=0.5)
+    assert not device.closed.is_set()
+    async_fire_time_changed(hass, started + timedelta(seconds=DEFAULT_SILENCE_TIMEOUT + 0.1))
+    async with asyncio.timeout(5):  # by that timer: 20 s after it began listening, not after the second turn began
+        await device.wait_closed()
+    assert ready.agent.inputs == []

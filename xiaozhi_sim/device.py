@@ -12,6 +12,10 @@
 - ``xiaozhi-sdk``: the PyPI SDK (``xiaozhi_sdk/core.py``): its own hello
   (``consistent_sample_rate``), the firmware's tools without ``self.`` (``set_volume``,
   ``get_device_status``, ``take_photo``), and camera uploads with the vision token but no ``Device-Id``.
+- ``xiaozhi-concurrent``: the load tester (``src/client.py``). Only ``?device-id=`` in the URL (no
+  token: it needs a hub that trusts new devices), a camelCase ``audioParams`` hello, and in
+  ``say`` ``listen start`` in manual mode, the speech, then up to 6 s of silence frames until
+  ``stt`` or ``tts start`` comes, never ``listen stop``.
 """
 
 import asyncio
@@ -51,8 +55,8 @@ from .voice import UPLINK_RATE, SpeakerDecoder, decode_ogg_opus, frame, mic_pack
 
 _LOGGER = logging.getLogger(__name__)
 
-type Flavor = Literal["firmware", "py-xiaozhi", "browser", "xiaozhi-sdk"]
-FLAVORS: tuple[Flavor, ...] = ("firmware", "py-xiaozhi", "browser", "xiaozhi-sdk")
+type Flavor = Literal["firmware", "py-xiaozhi", "browser", "xiaozhi-sdk", "xiaozhi-concurrent"]
+FLAVORS: tuple[Flavor, ...] = ("firmware", "py-xiaozhi", "browser", "xiaozhi-sdk", "xiaozhi-concurrent")
 
 
 class DeviceCrashed(Exception):
@@ -215,7 +219,7 @@ class SimulatedDevice:
     def headers(self) -> dict[str, str]:
         """The application headers of the firmware's WebSocket request (none for a browser)."""
         options = self.options
-        if options.flavor == "browser":
+        if options.flavor in ("browser", "xiaozhi-concurrent"):
             return {}
         headers: dict[str, str] = {}
         token = options.token
@@ -236,6 +240,8 @@ class SimulatedDevice:
     def connect_url(self) -> str:
         """The URL to open; a browser page puts what the headers would carry in the query."""
         options = self.options
+        if options.flavor == "xiaozhi-concurrent":
+            return f"{options.url}{'&' if '?' in options.url else '?'}{urlencode({'device-id': options.mac})}"
         if options.flavor != "browser":
             return options.url
         query = {"device-id": options.mac, "client-id": options.client_id}
@@ -247,6 +253,11 @@ class SimulatedDevice:
         """The client's hello: the firmware's (key order as it builds the string), or its flavor's."""
         if self.options.flavor == "browser":
             return {"type": "hello", "features": {"mcp": True}}
+        if self.options.flavor == "xiaozhi-concurrent":
+            return {
+                "type": "hello",
+                "audioParams": {"format": "opus", "sampleRate": 16000, "channels": 1, "frameDuration": 60},
+            }
         if self.options.flavor == "xiaozhi-sdk":
             return {
                 "type": "hello",
@@ -596,6 +607,9 @@ class SimulatedDevice:
         streams into a turn the device already started (after ``tts stop`` in auto mode).
         ``realtime`` sends one packet per frame duration, as a microphone does (else 2 ms apart).
         """
+        if self.options.flavor == "xiaozhi-concurrent":
+            await self._say_as_load_tester(pcm)
+            return
         self.listening_mode = mode
         if wake_word is not None:
             await self.send_json(
@@ -622,6 +636,31 @@ class SimulatedDevice:
                 self.device_state = "idle"
         except ConnectionClosed:
             self.device_state = "idle"  # the server closed the socket: the firmware goes idle
+
+    async def _say_as_load_tester(self, pcm: bytes) -> None:
+        """xiaozhi-concurrent's turn, without ``listen stop``.
+
+        Manual ``listen start``, the speech, then silence frames (at most 100: 6 s of audio) until
+        ``stt`` or ``tts start`` arrives.
+        """
+        self.listening_mode = "manual"
+        await self.send_json({"type": "listen", "state": "start", "mode": "manual"})
+        self.device_state = "listening"
+        marker = len(self.log)
+        silence = mic_packets(bytes(UPLINK_RATE * 2 * 60 // 1000), 60)[0]
+
+        def answered() -> bool:
+            return any(m.get("type") == "stt" or m.get("state") == "start" for m in self.log[marker:])
+
+        with contextlib.suppress(ConnectionClosed):
+            for packet in mic_packets(pcm, 60):
+                await self.send_raw(frame(self.options.protocol_version, packet))
+                await asyncio.sleep(0.002)
+            for _ in range(100):
+                if answered() or self.closed.is_set():
+                    return
+                await self.send_raw(frame(self.options.protocol_version, silence))
+                await asyncio.sleep(0.002)
 
     async def type_text(self, text: str) -> None:
         """Typed input, as a browser page sends it: ``listen detect`` with the text."""

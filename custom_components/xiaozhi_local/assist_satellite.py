@@ -81,8 +81,9 @@ PARALLEL_UPDATES = 0
 
 WAKE_WORD_FOLLOW_UP: Final = 0.5
 """Seconds within which a ``listen start`` makes an unknown ``listen detect`` text a wake word."""
-PUSH_TO_TALK_SILENCE: Final = 3600.0
-"""HA's "finished speaking" silence for push-to-talk: never reached (HA ends any command after 15 s)."""
+PUSH_TO_TALK_SILENCE: Final = 4.0
+"""HA's "finished speaking" silence for push-to-talk: longer than a pause in a sentence held on the
+button, short enough for clients that never release it (load testers stream silence instead)."""
 MAX_QUEUED_CHUNKS: Final = 100
 """Decoded uplink audio waiting for the pipeline (60 ms each: 6 s)."""
 
@@ -192,6 +193,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         self._early_audio: deque[tuple[DeviceLink, float, bytes]] = deque(maxlen=EARLY_AUDIO_PACKETS)
         self._idle_media: tuple[str, asyncio.Task[None]] | None = None  # media played by notify (2.5)
         self._unanswered: asyncio.Future[None] | None = None  # set when a question's answer cannot come
+        self._quiet_since: tuple[DeviceLink, float] | None = None  # listening, nobody spoke since then
 
     async def async_added_to_hass(self) -> None:
         """Take the device's voice; handle the timers set by talking to it."""
@@ -231,8 +233,9 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
     def _resolve_vad_sensitivity(self) -> float:
         """Seconds of silence after which HA's VAD ends the utterance.
 
-        Push-to-talk ends at the release (``listen stop``), never at a pause: HA's VAD gets a
-        silence longer than its own command limit. Auto and realtime keep the device's "Finished
+        Push-to-talk ends at the release (``listen stop``), not at a pause: HA's VAD gets a
+        silence of seconds (``PUSH_TO_TALK_SILENCE``), which a client that never releases the
+        button but streams silence still reaches. Auto and realtime keep the device's "Finished
         speaking detection". (HA builds the pipeline's audio settings itself and asks only this.)
         """
         run = self._events_for
@@ -447,13 +450,19 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         previous = self._begin(run)  # a new listen start ends what runs (barge-in, a new question)
         wake_phrase, self._wake_phrase = self._wake_phrase, None
         if mode != "manual":
+            # Counted from when the device started listening with nobody speaking since: turns that
+            # end without speech (HA's command limit, a no-text result) do not restart it.
             timeout = self._config_entry().options.get(CONF_SILENCE_TIMEOUT, DEFAULT_SILENCE_TIMEOUT)
+            now = self.hass.loop.time()
+            if self._quiet_since is None or self._quiet_since[0] is not connection:
+                self._quiet_since = (connection, now)
+            remaining = max(0.0, float(timeout) - (now - self._quiet_since[1]))
 
             @callback
             def silence(_now: Any) -> None:
                 self._on_silence(run)
 
-            turn.cancel_silence = async_call_later(self.hass, timeout, silence)
+            turn.cancel_silence = async_call_later(self.hass, remaining, silence)
         run.task = self._config_entry().async_create_background_task(
             self.hass, self._async_run_turn(run, wake_phrase, previous), f"xiaozhi_local turn {self.device.mac}"
         )
@@ -651,6 +660,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             case PipelineEventType.RUN_START:
                 run.tts_token = (data.get("tts_output") or {}).get("token")
             case PipelineEventType.STT_VAD_START:
+                self._quiet_since = None  # someone speaks: the next listening counts anew
                 if turn is not None:
                     turn.heard_speech = True
                     if turn.cancel_silence is not None:
