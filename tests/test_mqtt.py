@@ -243,11 +243,10 @@ async def test_wrong_credentials_are_refused_and_counted(hub: XiaozhiHub, make_m
         with pytest.raises(MqttRefused) as err:
             await device.start()
         assert err.value.code == 4  # bad user name or password
-    device.nvs["mqtt"] = good
-    with pytest.raises(MqttRefused) as err:
-        await device.start()  # the address is locked out for a while, even with the right password
-    assert err.value.code == 5
     assert hub.devices[MAC].refused_tokens >= FAILED_LOGINS
+    device.nvs["mqtt"] = good
+    await device.start()  # the right password is never refused (tests/test_mqtt_hostile.py: the rest)
+    await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
 
 
 async def test_mqtt_off_hands_out_websocket_only(

@@ -400,15 +400,28 @@ class MqttDevice(SimulatedDevice):
         """``SendAudio``: the nonce with length, timestamp and sequence written in; returns it."""
         if self._udp is None:
             raise ConnectionError("the audio channel is closed")
+        datagram = self.seal(payload, timestamp)
+        self._udp.sendto(datagram)
+        return datagram
+
+    def seal(self, payload: bytes, timestamp: int = 0) -> bytes:
+        """The next uplink datagram, as ``SendAudio`` builds it, without sending it (its sequence is used)."""
         self.local_sequence += 1
         header = bytearray(self._nonce)
         struct.pack_into(">H", header, 2, len(payload))
         if self.options.flavor != "py-xiaozhi":  # py-xiaozhi leaves the nonce's bytes 8–11 there
             struct.pack_into(">I", header, 8, timestamp & 0xFFFFFFFF)
         struct.pack_into(">I", header, 12, self.local_sequence)
-        datagram = bytes(header) + aes_ctr(self._key, bytes(header), payload)
-        self._udp.sendto(datagram)
-        return datagram
+        return bytes(header) + aes_ctr(self._key, bytes(header), payload)
+
+    async def rebind_udp(self) -> None:
+        """A NAT on the way maps the device's UDP socket to a new port (same address, same session)."""
+        assert self._udp_address is not None
+        self._close_udp()
+        transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
+            lambda: _Udp(self), remote_addr=self._udp_address
+        )
+        self._udp = transport
 
     def send_udp_raw(self, datagram: bytes) -> None:
         """Any datagram to the server's audio port (tests of hostile input)."""

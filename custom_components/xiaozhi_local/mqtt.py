@@ -13,9 +13,9 @@ session. Anything else is refused, counted per address, and logged once.
 """
 
 import asyncio
-from collections import Counter
+from collections import deque
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import ipaddress
 import logging
 import secrets
@@ -38,21 +38,39 @@ _LOGGER = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT: Final = 10.0
 """Seconds a new TCP connection has to send its CONNECT."""
+SILENT_GRACE: Final = 1.0
+"""Seconds a connection without CONNECT keeps its place when the table is full of single ones."""
 MAX_UNAUTHENTICATED: Final = 1024
-"""Connections at once that have not yet sent a valid CONNECT; more are closed at once."""
+"""Connections at once that have not yet sent a valid CONNECT. A new one past it takes the place
+of the oldest one of the source that holds the most: a flood crowds out itself, not a device."""
 MAX_UNAUTHENTICATED_PER_ADDRESS: Final = 128
-"""The same from one address. Devices connect at once after a power cut (each from its own
-address); a flood from one address cannot fill the table for the others."""
+"""The same from one source (an IPv4 address, an IPv6 /64: one host has many addresses in it).
+Devices connect at once after a power cut, each from its own address."""
 MAX_WRITE_BUFFER: Final = 256 * 1024
 """Bytes queued for a device that does not read before its link is dropped."""
 WRITE_TIMEOUT: Final = 2.0
 """Seconds a write may wait for a device to read."""
 FAILED_LOGINS: Final = 5
-"""Wrong credentials from one address before it is refused without a check for ``LOCKOUT`` s."""
+"""Wrong credentials from one address before its further wrong ones are answered slowly, for
+``LOCKOUT`` s. Right credentials are never refused: the neighbours behind the same NAT guess."""
 LOCKOUT: Final = 600.0
+FREE_GUESSES: Final = 20
+"""Wrong credentials a minute, from anywhere, answered at once; past it every wrong one waits."""
+GUESS_DELAY: Final = 0.5
+"""Seconds each wrong guess past the free ones adds to the wait for a refusal (at most ``MAX_GUESS_DELAY``)."""
+MAX_GUESS_DELAY: Final = 10.0
 DEFAULT_KEEPALIVE: Final = 240
 """The firmware's keepalive (NVS ``mqtt/keepalive``); we hand it out explicitly."""
+MAX_KEEPALIVE: Final = 300
+"""The longest keepalive honoured: a client asking for none (0) or for hours gets this one, so a
+silent link still ends (1.5 times it without a packet)."""
+UNANSWERED_LIMIT: Final = 3
+"""Requests in a row a device may leave unanswered before its link is closed: one that keeps
+pinging but no longer reads what is sent to it would hold every call for its full timeout."""
 READ_SIZE: Final = 16384
+MOVE_EVIDENCE: Final = 3
+"""Datagrams in a row from one new port of the device's address before its audio goes there (a NAT
+that mapped it anew). One that merely decrypts to something Opus-like by chance must not move it."""
 UDP_DEADLINE: Final = 10.0
 """Seconds after ``listen start`` within which a device's first audio datagram must arrive."""
 
@@ -61,6 +79,28 @@ UDP_DEADLINE: Final = 10.0
 class _Failures:
     count: int
     first: float
+
+
+@dataclass
+class _Move:
+    """Datagrams from a new port of the peer's address: the evidence that the device moved there."""
+
+    addr: tuple[str, int]
+    last: int = 0  # their sequence so far
+    packets: list[bytes] = field(default_factory=list)
+
+
+def source_of(address: str) -> str:
+    """Whom a connection counts against: its IPv4 address, or its IPv6 /64 (one host's range)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return address
 
 
 class MqttLink(DeviceLink):
@@ -90,6 +130,7 @@ class MqttLink(DeviceLink):
         self.channel: AudioChannel | None = None
         self.peer: tuple[str, int] | None = None  # where the channel's audio goes: proved by a datagram
         self.closing = False
+        self._move: _Move | None = None  # a new port the device's audio may come from now
         self._cancel_udp_check: CALLBACK_TYPE | None = None
         super().__init__(hass, device, client, vision_url)
         self.session.hello_reply = self._hello_reply
@@ -101,7 +142,9 @@ class MqttLink(DeviceLink):
         try:
             await self.session.start_without_hello()
             # The firmware pings every keepalive seconds; 1.5 times that without a packet is a dead link.
-            timeout = self.keepalive * 1.5 if self.keepalive else None
+            # Keepalive 0 ("none") or an absurd one is not honoured: a silent link would stay forever.
+            keepalive = self.keepalive if 0 < self.keepalive <= MAX_KEEPALIVE else MAX_KEEPALIVE
+            timeout = keepalive * 1.5
             data = b""  # first what came with the CONNECT (a client may send on before the CONNACK)
             while not self.closing:
                 for packet in self.decoder.feed(data):
@@ -191,7 +234,19 @@ class MqttLink(DeviceLink):
 
     @callback
     def async_check_alive(self, missed_allowed: int) -> None:
-        """The keepalive deadline in ``run`` watches the link; nothing to ping."""
+        """The keepalive deadline in ``run`` watches that packets come; this, that the device reads.
+
+        MQTT has no server ping. A device that pings but answers none of our last requests has
+        stopped reading (or its firmware hangs): its link is closed, as an unanswered WebSocket
+        ping closes a connection.
+        """
+        if self.session.mcp.unanswered_in_a_row >= UNANSWERED_LIMIT and not self.closing:
+            _LOGGER.info(
+                "Device %s answered none of its last %d requests; closing its MQTT link",
+                self.device.mac,
+                UNANSWERED_LIMIT,
+            )
+            self.hass.async_create_task(self.async_close("answers no request"), eager_start=True)
 
     # -- the audio channel ---------------------------------------------------------------------
 
@@ -228,29 +283,64 @@ class MqttLink(DeviceLink):
             del self.endpoint.channels[self.channel.ssrc]
         self.channel = None
         self.peer = None
+        self._move = None
         self.device.async_link_changed()
 
     def on_datagram(self, data: bytes, addr: tuple[str, int]) -> None:
-        """An uplink datagram naming this link's channel: audio only if it proves the session."""
+        """An uplink datagram naming this link's channel: audio only if it proves the session.
+
+        The first such datagram tells where the device is. Once known, audio moves only to another
+        port of the same address (a NAT's new mapping), and only after ``MOVE_EVIDENCE`` in a row
+        from there: CTR cannot authenticate one datagram, and a forged one that happens to decrypt
+        to something Opus-like must not redirect the device's audio.
+        """
         channel = self.channel
         if channel is None:
+            return
+        if self.peer is not None and addr != self.peer:
+            self._maybe_moved(channel, data, addr)
             return
         try:
             packet = channel.open(data)
         except UdpError as err:
             self.log.report(f"udp_{err.kind}", f"dropped a datagram from {addr[0]}: {err.detail}")
             return
-        if self.peer != addr:
-            if self.peer is None:
-                if self.endpoint.udp_blocked:
-                    self.endpoint.udp_blocked = False
-                    async_udp_arrived(self.hass)
-            else:
-                _LOGGER.debug("Device %s now sends audio from %s", self.device.mac, addr)
+        self._move = None  # the device still sends from where it was
+        if self.peer is None:
+            if self.endpoint.udp_blocked:
+                self.endpoint.udp_blocked = False
+                async_udp_arrived(self.hass)
             self.peer = addr
             self.device.async_link_changed()
         self.audio_frames += 1
         self._deliver_audio(packet)
+
+    def _maybe_moved(self, channel: AudioChannel, data: bytes, addr: tuple[str, int]) -> None:
+        """A datagram of the session from elsewhere: kept as evidence of a move, never trusted alone."""
+        assert self.peer is not None
+        if addr[0] != self.peer[0]:
+            self.log.report(
+                "udp_elsewhere", f"dropped a datagram of the session from {addr[0]}, not the device's address"
+            )
+            return
+        move = self._move if self._move is not None and self._move.addr == addr else _Move(addr)
+        try:
+            packet, sequence = channel.peek(data, after=move.last)
+        except UdpError as err:
+            self.log.report(f"udp_{err.kind}", f"dropped a datagram from {addr[0]}: {err.detail}")
+            return
+        self._move = move
+        move.last = sequence
+        move.packets.append(packet)
+        if len(move.packets) < MOVE_EVIDENCE:
+            return
+        _LOGGER.debug("Device %s now sends audio from %s", self.device.mac, addr)
+        channel.remote_sequence = sequence
+        self.peer, self._move = addr, None
+        self.device.async_link_changed()
+        for packet in move.packets:
+            self.audio_frames += 1
+            self._deliver_audio(packet)
 
     async def async_send_audio(self, packet: bytes, timestamp: int = 0) -> bool:
         """One Opus packet over UDP; False while no proved channel is open."""
@@ -331,9 +421,11 @@ class MqttEndpoint:
         self.channels: dict[bytes, MqttLink] = {}
         self._server: asyncio.Server | None = None
         self._udp: asyncio.DatagramTransport | None = None
-        self._pending: set[asyncio.StreamWriter] = set()  # connected, no valid CONNECT yet
-        self._pending_from: Counter[str] = Counter()
+        # Connected, no valid CONNECT yet: by source, and all of them, oldest first (dicts keep order).
+        self._pending: dict[str, dict[asyncio.StreamWriter, None]] = {}
+        self._pending_since: dict[asyncio.StreamWriter, tuple[float, str]] = {}
         self._failures: dict[str, _Failures] = {}
+        self._recent_guesses: deque[float] = deque(maxlen=4 * MAX_UNAUTHENTICATED)  # wrong ones, when
         self.log = OnceLogger("mqtt", _LOGGER)
         self.refused = 0
         self.udp_blocked = False  # the repair is up
@@ -370,7 +462,7 @@ class MqttEndpoint:
         if self._udp is not None:
             self._udp.close()
             self._udp = None
-        for writer in list(self._pending):
+        for writer in list(self._pending_since):
             writer.transport.abort()
         await asyncio.gather(*(link.async_close("endpoint stopped") for link in list(self.links)))
 
@@ -417,16 +509,13 @@ class MqttEndpoint:
 
     # -- accepting devices --------------------------------------------------------------------
 
-    def _locked_out(self, address: str) -> bool:
-        failures = self._failures.get(address)
-        if failures is None:
-            return False
-        if self.hass.loop.time() - failures.first > LOCKOUT:
-            del self._failures[address]
-            return False
-        return failures.count >= FAILED_LOGINS
+    def _count_failure(self, address: str) -> float:
+        """A wrong guess from ``address``: seconds to wait before it is refused.
 
-    def _count_failure(self, address: str) -> None:
+        At once while the address has made fewer than ``FAILED_LOGINS`` and everyone fewer than
+        ``FREE_GUESSES`` in the last minute; then slower and slower. Guessing from many addresses
+        is slowed as much as from one: the wait grows with every wrong guess, wherever it came from.
+        """
         now = self.hass.loop.time()
         failures = self._failures.get(address)
         if failures is None or now - failures.first > LOCKOUT:
@@ -436,25 +525,67 @@ class MqttEndpoint:
         failures.count += 1
         if failures.count == FAILED_LOGINS:
             _LOGGER.warning(
-                "MQTT: %s gave wrong device credentials %d times; refusing it for %d minutes",
+                "MQTT: %s gave wrong device credentials %d times; its further wrong ones are answered "
+                "slowly for %d minutes (right ones are not)",
                 address,
                 FAILED_LOGINS,
                 int(LOCKOUT // 60),
             )
+        guesses = self._recent_guesses
+        guesses.append(now)
+        while guesses and now - guesses[0] > 60:
+            guesses.popleft()
+        over = max(0, len(guesses) - FREE_GUESSES) + max(0, failures.count - FAILED_LOGINS) * 4
+        return min(MAX_GUESS_DELAY, GUESS_DELAY * over) if over else 0.0
+
+    @property
+    def pending_count(self) -> int:
+        """Connections that have not sent a valid CONNECT yet."""
+        return len(self._pending_since)
+
+    def _make_room(self, source: str) -> bool:
+        """Room for a new connection from ``source``: False when it may not have one now.
+
+        Past the global bound the oldest connection of the source that holds the most goes (a
+        flood crowds out itself), or, when every source holds as few, the oldest of all if it
+        has been silent for a while (a device sends its CONNECT right after connecting).
+        """
+        if self.pending_count < MAX_UNAUTHENTICATED:
+            return True
+        busiest = max(self._pending, key=lambda key: len(self._pending[key]))
+        if busiest != source and len(self._pending[busiest]) > len(self._pending.get(source, {})) + 1:
+            victim = next(iter(self._pending[busiest]))
+        else:
+            victim = next(iter(self._pending_since))
+            if self.hass.loop.time() - self._pending_since[victim][0] < SILENT_GRACE:
+                return False
+        self._forget_pending(victim)
+        victim.transport.abort()
+        return True
+
+    def _forget_pending(self, writer: asyncio.StreamWriter) -> None:
+        _since, source = self._pending_since.pop(writer, (0.0, ""))
+        writers = self._pending.get(source)
+        if writers is None or writer not in writers:
+            return
+        del writers[writer]
+        if not writers:
+            del self._pending[source]
 
     async def _async_accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         address = str(peer[0]) if peer else ""
+        source = source_of(address)
         if (
-            len(self._pending) >= MAX_UNAUTHENTICATED
-            or self._pending_from[address] >= MAX_UNAUTHENTICATED_PER_ADDRESS
-            or self.hub.stopping
+            self.hub.stopping
+            or len(self._pending.get(source, {})) >= MAX_UNAUTHENTICATED_PER_ADDRESS
+            or not self._make_room(source)
         ):
             self.log.report("mqtt_flood", f"too many connections without a CONNECT (from {address}); closing new ones")
             writer.transport.abort()
             return
-        self._pending.add(writer)
-        self._pending_from[address] += 1
+        self._pending.setdefault(source, {})[writer] = None
+        self._pending_since[writer] = (self.hass.loop.time(), source)
         link: MqttLink | None = None
         try:
             link = await self._async_handshake(reader, writer, address)
@@ -464,10 +595,7 @@ class MqttEndpoint:
         except Exception:  # a bug of ours must not take the listener down: the client is closed
             _LOGGER.exception("MQTT: unexpected error with a connection from %s", address)
         finally:
-            self._pending.discard(writer)
-            self._pending_from[address] -= 1
-            if not self._pending_from[address]:
-                del self._pending_from[address]
+            self._forget_pending(writer)
         if link is None:
             writer.close()
             return
@@ -501,8 +629,13 @@ class MqttEndpoint:
             if err.kind == "bad_protocol":
                 writer.write(codec.connack(codec.ConnectCode.BAD_PROTOCOL))
             raise
-        device = self._authenticate(connect, address)
+        device, wait = self._authenticate(connect, address)
         if not isinstance(device, XiaozhiDevice):
+            if wait:  # a guesser waits for its answer, its slot taken (it may hang up meanwhile)
+                with contextlib.suppress(TimeoutError, ConnectionError):
+                    async with asyncio.timeout(wait):
+                        while await reader.read(READ_SIZE):
+                            pass  # what it sends meanwhile is dropped
             writer.write(codec.connack(device))
             with contextlib.suppress(TimeoutError, ConnectionError):
                 async with asyncio.timeout(WRITE_TIMEOUT):
@@ -525,19 +658,19 @@ class MqttEndpoint:
             vision_url=vision,
         )
 
-    def _authenticate(self, connect: codec.Connect, address: str) -> XiaozhiDevice | codec.ConnectCode:
-        """User name: the device's MAC; password: its token. Wrong ones are counted per address."""
-        if self._locked_out(address):
-            self.refused += 1
-            return codec.ConnectCode.NOT_AUTHORIZED
+    def _authenticate(self, connect: codec.Connect, address: str) -> tuple[XiaozhiDevice | codec.ConnectCode, float]:
+        """User name: the device's MAC; password: its token. With the seconds a refusal waits.
+
+        Always checked: right credentials are never refused for what others at the same
+        address did. Wrong ones are counted, and answered more slowly the more there are.
+        """
         mac = normalize_mac(connect.username or "")
         result = self.hub.async_authenticate(mac, connect.password or "") if mac else Refused.GUESS
         if isinstance(result, XiaozhiDevice):
             if result.open:  # paired without a token (load testers): not over MQTT
-                return codec.ConnectCode.NOT_AUTHORIZED
-            return result
+                return codec.ConnectCode.NOT_AUTHORIZED, 0.0
+            return result, 0.0
         self.refused += 1
-        if result is Refused.GUESS:
-            self._count_failure(address)
+        wait = self._count_failure(address) if result is Refused.GUESS else 0.0
         self.log.report("mqtt_refused", f"refused MQTT credentials from {address} ({result.value})")
-        return codec.ConnectCode.BAD_CREDENTIALS
+        return codec.ConnectCode.BAD_CREDENTIALS, wait

@@ -240,6 +240,9 @@ class McpClient:
         self.registered: dict[str, McpTool] | None = None
         """The tools a registerTools client announced; None for MCP servers (stock firmware)."""
         self._id_prefix = f"tool-call-{secrets.token_hex(4)}"
+        self.unanswered_in_a_row = 0
+        """Requests that timed out since the device last answered one (late answers count): a
+        device that keeps its link alive but stops reading answers none."""
 
     @property
     def pending_count(self) -> int:
@@ -294,6 +297,7 @@ class McpClient:
             async with asyncio.timeout(self.default_timeout if timeout is None else timeout):
                 return await future
         except TimeoutError:
+            self.unanswered_in_a_row += 1
             raise McpTimeoutError(f"no answer to {method} in time") from None
         finally:
             self._pending.pop(request_id, None)
@@ -309,6 +313,7 @@ class McpClient:
 
         def expired() -> None:
             if not future.done():
+                self.unanswered_in_a_row += 1
                 future.set_exception(McpTimeoutError(f"no answer to {tool} in time"))
 
         expire = loop.call_later(self.default_timeout if timeout is None else timeout, expired)
@@ -329,6 +334,7 @@ class McpClient:
 
     def handle_response(self, payload: dict[str, Any]) -> bool:
         """Resolve the request a response answers. False when no request waits for it."""
+        self.unanswered_in_a_row = 0  # it reads what we send, late or not
         request_id = payload.get("id")
         future = (
             self._pending.get(request_id)

@@ -11,7 +11,8 @@ ssrc (4–7) of every uplink datagram are the nonce's: they tell the session a d
 to. Downlink datagrams must have type 0x01 and rising sequence numbers from 1.
 
 CTR has no integrity check. A datagram counts as the device's only if it carries the session's
-nonce bytes (48 bits an off-path sender cannot know), a sequence number above every earlier one
+nonce bytes (32 random bits, the ssrc, that an off-path sender cannot know; bytes 0–1 are always
+``01 00``; an observer on the path sees them all), a sequence number above every earlier one
 (and not far above it), and a payload that decrypts to an Opus packet of the announced frame duration (which a sender
 without the key hits by chance only rarely). Only such a datagram teaches the server where to
 send audio: nothing is ever sent to an address that has not proved the session.
@@ -120,6 +121,12 @@ class AudioChannel:
 
         A packet accepted moves the sequence on: a replay, or an older packet, is refused.
         """
+        payload, sequence = self.peek(datagram)
+        self.remote_sequence = sequence
+        return payload
+
+    def peek(self, datagram: bytes, after: int = 0) -> tuple[bytes, int]:
+        """As ``open`` (its sequence above ``after`` too), without moving the sequence on."""
         if len(datagram) < HEADER_SIZE or len(datagram) > MAX_DATAGRAM:
             raise UdpError("bad_size", f"a datagram of {len(datagram)} bytes")
         if datagram[0:2] != self.nonce[0:2] or datagram[4:8] != self.nonce[4:8]:
@@ -128,12 +135,11 @@ class AudioChannel:
         if len(datagram) != HEADER_SIZE + length:
             raise UdpError("bad_size", f"length field {length} for {len(datagram) - HEADER_SIZE} bytes of payload")
         sequence = int.from_bytes(datagram[12:16])
-        if sequence <= self.remote_sequence:
-            raise UdpError("stale", f"sequence {sequence} after {self.remote_sequence}")
+        if sequence <= max(self.remote_sequence, after):
+            raise UdpError("stale", f"sequence {sequence} after {max(self.remote_sequence, after)}")
         if sequence > self.remote_sequence + MAX_SEQUENCE_GAP:
             raise UdpError("jump", f"sequence {sequence} after {self.remote_sequence}")
         payload = _crypt(self.key, datagram[:HEADER_SIZE], datagram[HEADER_SIZE:])
         if opus_duration_ms(payload) != self.frame_ms:
             raise UdpError("not_audio", "a payload that does not decrypt to an Opus packet of the session")
-        self.remote_sequence = sequence
-        return payload
+        return payload, sequence

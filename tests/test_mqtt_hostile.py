@@ -1,0 +1,251 @@
+"""The MQTT endpoint on a hostile LAN: floods, guessers, peers that stop reading, forged audio.
+
+Real sockets throughout. Half-open connections come from many loopback addresses (Linux routes
+all of 127.0.0.0/8 to the loopback interface, so a client may bind any of them).
+"""
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+import socket
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+from homeassistant.core import HomeAssistant
+from homeassistant.util import dt as dt_util
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
+
+from custom_components.xiaozhi_local import mqtt as mqtt_module
+from custom_components.xiaozhi_local.const import PING_INTERVAL
+from custom_components.xiaozhi_local.hub import XiaozhiHub
+from custom_components.xiaozhi_local.mqtt import (
+    FAILED_LOGINS,
+    FREE_GUESSES,
+    MAX_KEEPALIVE,
+    MAX_UNAUTHENTICATED,
+    UNANSWERED_LIMIT,
+    source_of,
+)
+from xiaozhi_sim.mqtt import mqtt_connect
+
+from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_online, wait_for, ws_url
+
+CONNACK_ACCEPTED = bytes([0x20, 2, 0, 0])
+CONNACK_BAD_CREDENTIALS = bytes([0x20, 2, 0, 4])
+
+
+@pytest.fixture
+async def hub(hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]) -> XiaozhiHub:
+    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
+    await hass.async_block_till_done()
+    hub: XiaozhiHub = setup_integration.runtime_data
+    assert hub.mqtt is not None
+    assert hub.mqtt.listening
+    return hub
+
+
+async def connect_from(
+    hub: XiaozhiHub, address: str = "127.0.0.1"
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A TCP connection to the MQTT port from a given local address."""
+    assert hub.mqtt is not None
+    return await asyncio.open_connection("127.0.0.1", hub.mqtt.port, local_addr=(address, 0))
+
+
+async def next_packet(reader: asyncio.StreamReader) -> bytes:
+    """The next MQTT packet that is not a PUBLISH (discovery's requests come meanwhile)."""
+    while True:
+        first = await reader.readexactly(1)
+        header, remaining, shift = bytearray(first), 0, 0
+        while True:
+            byte = (await reader.readexactly(1))[0]
+            header.append(byte)
+            remaining |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        packet = bytes(header) + await reader.readexactly(remaining)
+        if first[0] >> 4 != 3:
+            return packet
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 5) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110 - endpoint counters have no change notification
+            await asyncio.sleep(0.01)
+
+
+def test_sources_group_an_ipv6_host() -> None:
+    """One IPv6 host has a /64 of addresses: they count as one source; IPv4 addresses each alone."""
+    assert source_of("2001:db8::1") == source_of("2001:db8::ffff:1234") == "2001:db8::/64"
+    assert source_of("2001:db8:0:1::1") != source_of("2001:db8::1")
+    assert source_of("::ffff:192.168.1.5") == "192.168.1.5"
+    assert source_of("192.168.1.5") != source_of("192.168.1.6")
+    assert source_of("not an address") == "not an address"
+
+
+@pytest.mark.parametrize(("addresses", "silent"), [(256, False), (3 * MAX_UNAUTHENTICATED, True)])
+async def test_a_flood_of_half_open_connections_cannot_keep_a_device_out(
+    hass: HomeAssistant,
+    hub: XiaozhiHub,
+    client: TestClient[Any, Any],
+    addresses: int,
+    silent: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Connections that never send CONNECT, three times the global bound: from 256 addresses (a
+    new connection takes the place of the busiest source's oldest), or each from an address of
+    its own (the oldest silent one goes). The paired device still connects."""
+    held: list[asyncio.StreamWriter] = []
+    try:
+        for index in range(3 * MAX_UNAUTHENTICATED):
+            spread = index % addresses
+            _reader, writer = await connect_from(hub, f"127.0.{1 + spread // 256}.{spread % 256}")
+            held.append(writer)
+        assert hub.mqtt is not None
+        await until(lambda: hub.mqtt is not None and hub.mqtt.pending_count == MAX_UNAUTHENTICATED)
+        if silent:  # the flood's connections are old enough to give way (no real wait in a test)
+            monkeypatch.setattr(mqtt_module, "SILENT_GRACE", 0.0)
+        device = await asyncio.wait_for(mqtt_online(hub, client), 5)
+        assert hub.devices[MAC].connection is not None
+        await device.drop()
+    finally:
+        for writer in held:
+            writer.close()
+
+
+async def test_right_credentials_are_never_refused_for_a_neighbours_guesses(hub: XiaozhiHub) -> None:
+    """Behind one NAT, someone guesses: past the free guesses its wrong ones wait for their
+    answer, while the paired device with the right password gets in at once."""
+    for _ in range(FAILED_LOGINS):
+        reader, writer = await connect_from(hub)
+        writer.write(mqtt_connect("guesser", MAC, "guess", 60))
+        assert await asyncio.wait_for(next_packet(reader), 5) == CONNACK_BAD_CREDENTIALS
+        writer.close()
+    slow_reader, slow_writer = await connect_from(hub)
+    slow_writer.write(mqtt_connect("guesser", MAC, "guess", 60))
+    await until(lambda: hub.devices[MAC].refused_tokens == FAILED_LOGINS + 1)
+    reader, writer = await connect_from(hub)  # the device, from the same address
+    writer.write(mqtt_connect(CLIENT_ID, MAC, TOKEN, 60))
+    assert await asyncio.wait_for(next_packet(reader), 5) == CONNACK_ACCEPTED
+    assert hub.mqtt is not None
+    assert hub.mqtt.pending_count == 1  # not answered yet: it waits
+    async_fire_time_changed(hub.hass, dt_util.utcnow() + timedelta(seconds=11))
+    assert await asyncio.wait_for(next_packet(slow_reader), 5) == CONNACK_BAD_CREDENTIALS
+    for w in (writer, slow_writer):
+        w.close()
+
+
+async def test_guesses_from_many_addresses_are_slowed_too(hub: XiaozhiHub) -> None:
+    """One wrong guess from each of many addresses: past the free ones a minute, each waits."""
+    answers: list[bytes] = []
+    for index in range(FREE_GUESSES):
+        reader, writer = await connect_from(hub, f"127.0.3.{index}")
+        writer.write(mqtt_connect("guesser", MAC, "guess", 60))
+        answers.append(await asyncio.wait_for(next_packet(reader), 5))
+        writer.close()
+    assert answers == [CONNACK_BAD_CREDENTIALS] * FREE_GUESSES
+    reader, writer = await connect_from(hub, "127.0.3.200")
+    writer.write(mqtt_connect("guesser", MAC, "guess", 60))
+    await until(lambda: hub.devices[MAC].refused_tokens == FREE_GUESSES + 1)
+    assert hub.mqtt is not None
+    assert hub.mqtt.pending_count == 1  # not answered yet: it waits
+    async_fire_time_changed(hub.hass, dt_util.utcnow() + timedelta(seconds=11))
+    assert await asyncio.wait_for(next_packet(reader), 5) == CONNACK_BAD_CREDENTIALS
+    writer.close()
+
+
+async def test_a_link_without_keepalive_still_ends_when_silent(hass: HomeAssistant, hub: XiaozhiHub) -> None:
+    """Keepalive 0 asks for no deadline; a silent link still ends after the longest one honoured."""
+    reader, writer = await connect_from(hub)
+    writer.write(mqtt_connect(CLIENT_ID, MAC, TOKEN, 0))
+    assert await asyncio.wait_for(next_packet(reader), 5) == CONNACK_ACCEPTED
+    await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=MAX_KEEPALIVE * 1.5 + 1))
+    await wait_for(hub.devices[MAC], lambda d: d.connection is None)
+    writer.close()
+
+
+async def test_a_device_that_pings_but_never_reads_is_closed(hass: HomeAssistant, hub: XiaozhiHub) -> None:
+    """It keeps the link alive with PINGREQ and reads nothing: after requests it leaves
+    unanswered, the liveness sweep closes its link (calls would each wait their full timeout)."""
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    assert hub.mqtt is not None
+    await loop.sock_connect(sock, ("127.0.0.1", hub.mqtt.port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(mqtt_connect(CLIENT_ID, MAC, TOKEN, 60))
+    assert await asyncio.wait_for(next_packet(reader), 5) == CONNACK_ACCEPTED
+    xdev = hub.devices[MAC]
+    await wait_for(xdev, lambda d: d.connection is not None)
+    link = xdev.connection
+    assert link is not None
+    pinging = True
+
+    async def ping() -> None:
+        while pinging:
+            writer.write(bytes([0xC0, 0x00]))
+            await asyncio.sleep(0.05)
+
+    pinger = asyncio.create_task(ping())
+    try:
+        for _ in range(UNANSWERED_LIMIT):
+            with pytest.raises(Exception, match="no answer"):
+                await link.session.mcp.request("tools/call", {"name": "self.get_device_status"}, timeout=0.1)
+        assert xdev.connection is link  # its pings keep it "alive"
+        async_fire_time_changed(hass, dt_util.utcnow() + PING_INTERVAL)
+        await wait_for(xdev, lambda d: d.connection is None)
+    finally:
+        pinging = False
+        await pinger
+        writer.close()
+
+
+async def test_forged_audio_cannot_move_the_devices_audio(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any]
+) -> None:
+    """A datagram of the session that decrypts to Opus (here: really the device's keys, the
+    strongest forgery) from another address, or a lone one from another port, does not move where
+    audio goes; a NAT's new mapping (several in a row from one new port) does."""
+    from custom_components.xiaozhi_local.mqtt import MOVE_EVIDENCE, MqttLink
+    from xiaozhi_sim.voice import MicEncoder
+
+    from .conftest import mqtt_in_conversation
+
+    device = await mqtt_online(hub, client)
+    await mqtt_in_conversation(hub, device)
+    link = hub.devices[MAC].connection
+    assert isinstance(link, MqttLink)
+    assert hub.mqtt is not None
+    peer = link.peer
+    assert peer is not None
+    packets = iter(MicEncoder(60).packets(bytes(32000 * 4)))
+    loop = asyncio.get_running_loop()
+    elsewhere, _ = await loop.create_datagram_endpoint(
+        asyncio.DatagramProtocol, local_addr=("127.0.0.2", 0), remote_addr=("127.0.0.1", hub.mqtt.udp_port)
+    )
+    other_port, _ = await loop.create_datagram_endpoint(
+        asyncio.DatagramProtocol, remote_addr=("127.0.0.1", hub.mqtt.udp_port)
+    )
+    try:
+        frames = link.audio_frames
+        for _ in range(5):
+            elsewhere.sendto(device.seal(next(packets)))  # another host, however genuine
+        other_port.sendto(device.seal(next(packets)))  # one from another port of its address
+        device.send_datagram(next(packets))  # the device goes on from where it was
+        await until(lambda: link.audio_frames == frames + 1)
+        assert link.peer == peer
+        await device.rebind_udp()  # its NAT maps it anew: it keeps talking from the new port
+        for _ in range(MOVE_EVIDENCE):
+            device.send_datagram(next(packets))
+        await until(lambda: link.peer != peer)
+        assert link.peer is not None
+        assert link.peer[0] == peer[0]
+        assert link.audio_frames == frames + 1 + MOVE_EVIDENCE  # none of its audio was lost
+    finally:
+        elsewhere.close()
+        other_port.close()
+        await device.drop()
