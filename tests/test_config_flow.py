@@ -172,6 +172,7 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
         "firmware_vendor": False,
         "firmware_releases": False,
         "accept_without_code": False,
+        "new_devices_per_hour": 10,
         "websocket_url": "",
         "silence_timeout": 20,
         "idle_timeout": 300,

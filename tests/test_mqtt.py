@@ -158,7 +158,7 @@ async def test_voice_turn_over_udp(hass: HomeAssistant, ready: Voice, hub: Xiaoz
 
 
 async def test_announce_while_idle_is_an_alert(
-    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     device = await make_mqtt()
     await wait_settled(hub.devices[MAC])
@@ -172,6 +172,8 @@ async def test_announce_while_idle_is_an_alert(
     assert alert["message"] == "The laundry is done"
     assert isinstance(alert["status"], str)
     assert isinstance(alert["emotion"], str)  # the firmware ignores an alert missing any of the three
+    # The action succeeds, and the log says what reached the device (a client may ignore alerts).
+    assert "the announcement was sent as an alert (its text and a sound, not spoken" in caplog.text
 
 
 async def test_server_goodbye_after_silence(
@@ -734,3 +736,24 @@ async def test_connection_select_moves_a_device_off_mqtt_at_once(
     state = hass.states.get("select.kitchen_connection")
     assert state is not None
     assert state.state == "websocket"
+
+
+async def test_typed_text_before_any_audio_is_answered_as_text(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client types over MQTT right after its hello, before its microphone proved its UDP address:
+    no audio can reach it yet, so the answer is shown, and nothing says "the device is gone"."""
+    device = await make_mqtt()
+    await wait_settled(hub.devices[MAC])
+    await device.connect()  # the hello: a channel, no datagram yet
+    link = hub.devices[MAC].connection
+    assert link is not None
+    assert not link.audio_open
+    await device.type_text("what time is it")
+    await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 15)
+    shown = [m["text"] for m in device.log if m.get("state") == "sentence_start"]
+    assert shown == ["The kitchen light is on.", "Anything else?"]
+    assert device.audio == []
+    assert "gone" not in caplog.text
+    assert "no audio channel yet; its answer is shown as text" in caplog.text
+    assert hub.devices[MAC].connection is link  # still connected

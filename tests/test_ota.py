@@ -48,6 +48,82 @@ def new_device(**kwargs: Any) -> SimulatedDevice:
     return SimulatedDevice(SimulatorOptions(**options))
 
 
+async def pair_by_spoken_code(hass: HomeAssistant, spoken: asyncio.Queue[str]) -> None:
+    """The user types the code the device said into its discovered-device card."""
+    code = await asyncio.wait_for(spoken.get(), 10)
+    await hass.async_block_till_done()
+    flow = hass.config_entries.flow.async_progress_by_handler(DOMAIN)[0]
+    result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
+    assert result["reason"] == "paired"
+
+
+@pytest.mark.parametrize("flavor", ["py-xiaozhi", "xiaozhi-sdk"])
+async def test_clients_that_do_not_ask_again_connect_right_after_pairing(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str, flavor: str
+) -> None:
+    """py-xiaozhi and xiaozhi-sdk activate, then connect with the settings of the answer that
+    carried the code (py-xiaozhi turns an empty token into "test-token"): that answer's token is
+    the one the device has once paired."""
+    device = new_device(flavor=flavor)
+    spoken: asyncio.Queue[str] = asyncio.Queue()
+    boot = asyncio.create_task(device.boot(ota_url(client), FAST, on_code=lambda code, _m: spoken.put_nowait(code)))
+    await pair_by_spoken_code(hass, spoken)
+    answer = await asyncio.wait_for(boot, 10)
+    assert device.ota is not None
+    assert device.ota.log.checks == 1  # it did not ask again
+    assert "activation" in answer
+    assert device.options.token == answer["websocket"]["token"] != "test-token"
+    await device.connect()
+    hub = setup_integration.runtime_data
+    await hub.devices[NEW_MAC].async_wait_ready(5)
+    assert hub.devices[NEW_MAC].tools
+    await device.drop()
+
+
+async def test_a_client_that_waits_for_its_code_over_websocket_is_told_it(
+    hass: HomeAssistant,
+    ready: Any,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    hub_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """xiaozhi-sdk connects with the token of the answer that carried the code, before the code is
+    typed, and expects to be told the code: a session that says it (shown and spoken) and closes.
+    Nothing else: no MCP, no pipeline, no device; and it is not counted as a guess."""
+    resp = await client.post(OTA_PATH, data=json.dumps({"version": 2}), headers=ota_headers())
+    answer = await resp.json()
+    code, token = answer["activation"]["code"], answer["websocket"]["token"]
+    sdk = SimulatedDevice(
+        SimulatorOptions(url=hub_url, token=token, mac=NEW_MAC, client_id=CLIENT_ID, flavor="xiaozhi-sdk")
+    )
+    await sdk.connect()
+    await sdk.wait_closed()
+    said = [m["text"] for m in sdk.log if m.get("state") == "sentence_start"]
+    assert said
+    assert code in said[0]
+    assert [m.get("state") for m in sdk.log if m["type"] == "tts"][-1] == "stop"
+    assert sdk.audio  # spoken by the assistant's text-to-speech
+    assert sdk.mcp_requests == []
+    hub = setup_integration.runtime_data
+    assert NEW_MAC not in hub.devices
+    assert "Login attempt failed" not in caplog.text
+    # Another MAC presenting that token is a guess, as before.
+    other = SimulatedDevice(SimulatorOptions(url=hub_url, token=token, mac="aa:bb:cc:00:11:99", flavor="xiaozhi-sdk"))
+    with pytest.raises(Exception, match="401"):
+        await other.connect()
+    # Once the code is typed, the same token is the device's.
+    flow = hass.config_entries.flow.async_progress_by_handler(DOMAIN)[0]
+    result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
+    assert result["reason"] == "paired"
+    sdk = SimulatedDevice(
+        SimulatorOptions(url=hub_url, token=token, mac=NEW_MAC, client_id=CLIENT_ID, flavor="xiaozhi-sdk")
+    )
+    await sdk.connect()
+    await hub.devices[NEW_MAC].async_wait_ready(5)
+    await sdk.drop()
+
+
 async def test_whole_journey(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
 ) -> None:
@@ -58,8 +134,10 @@ async def test_whole_journey(
     code = await asyncio.wait_for(spoken.get(), 10)
     assert device.ota is not None
     assert device.ota.log.shown[0] == (f"Enter {code} in Home Assistant", code)
-    # Every answer names the URL (xiaozhi-sdk reads it from any answer); the token comes once paired.
-    assert device.ota.log.responses[0]["websocket"] == {"url": hub_url, "token": "", "version": 1}
+    # Every answer names the URL, and the token it will have once paired (it opens nothing before).
+    pending_token = device.ota.log.responses[0]["websocket"]["token"]
+    assert device.ota.log.responses[0]["websocket"] == {"url": hub_url, "token": pending_token, "version": 1}
+    assert len(pending_token) >= 32
     await hass.async_block_till_done()
     # The discovered-device card, at once.
     flows = hass.config_entries.flow.async_progress_by_handler(DOMAIN)
@@ -90,6 +168,7 @@ async def test_whole_journey(
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == NEW_MAC)
     assert sub.title == "Kids' room"
     assert answer["websocket"] == {"url": hub_url, "token": sub.data["token"], "version": 1}
+    assert sub.data["token"] == pending_token
     assert sub.data["client_id"] == device.options.client_id
     assert device.nvs == {"websocket": answer["websocket"]}
     # It connects and appears with its tools.
@@ -221,7 +300,7 @@ async def test_odd_but_acceptable_bodies(hass: HomeAssistant, client: TestClient
     assert resp.status == 200
     answer = await resp.json()
     assert set(answer) == {"server_time", "websocket", "activation"}
-    assert answer["websocket"]["token"] == ""
+    assert len(answer["websocket"]["token"]) >= 32  # the token its code would give it
     assert set(answer["activation"]) == {"code", "message", "challenge", "timeout_ms"}
 
 
@@ -320,7 +399,7 @@ async def test_removed_device_is_refused_and_can_pair_again(
     resp = await client.post(OTA_PATH, json={}, headers=ota_headers(MAC))
     answer = await resp.json()
     assert "activation" in answer
-    assert answer["websocket"]["token"] == ""
+    assert answer["websocket"]["token"] != TOKEN  # a new one, for its code
 
 
 async def test_firmware_gives_up_after_failed_checks(hass: HomeAssistant, client: TestClient[Any, Any]) -> None:

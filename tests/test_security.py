@@ -6,6 +6,7 @@ Every test goes through the real endpoints, with the firmware simulator where a 
 import asyncio
 from collections.abc import AsyncIterator
 import logging
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 from unittest.mock import patch
@@ -20,9 +21,16 @@ from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.xiaozhi_local.const import CONF_WEBSOCKET_URL, DOMAIN, OTA_PATH, WS_PATH
+from custom_components.xiaozhi_local.const import (
+    CONF_WEBSOCKET_URL,
+    DEFAULT_NEW_PER_HOUR as AUTO_PAIR_PER_HOUR,
+    DOMAIN,
+    OTA_PATH,
+    WS_PATH,
+)
+from custom_components.xiaozhi_local.hub import Refused
 from custom_components.xiaozhi_local.identities import token_hash
-from custom_components.xiaozhi_local.pairing import AUTO_PAIR_PER_HOUR, MAX_PER_SOURCE
+from custom_components.xiaozhi_local.pairing import MAX_PER_SOURCE
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, FAST, MAC, TOKEN, device_subentry, ota_url, wait_for, ws_url
@@ -107,6 +115,13 @@ def token_of(answer: dict[str, Any]) -> str:
     return token
 
 
+def pending_only(hass: HomeAssistant, mac: str, answer: dict[str, Any]) -> bool:
+    """The answer carries a code and only the token its code would give: it opens no device now."""
+    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    token = token_of(answer)
+    return "activation" in answer and hub.async_authenticate(mac, token) is Refused.PENDING
+
+
 # -- who gets a token --------------------------------------------------------------------------
 
 
@@ -120,7 +135,7 @@ async def test_a_paired_mac_alone_gets_no_token(
     ):
         resp = await client.post(OTA_PATH, json={"mac_address": MAC}, headers=headers)
         answer = await resp.json()
-        assert token_of(answer) == ""
+        assert pending_only(hass, MAC, answer)
         assert TOKEN not in await resp.text()
         assert set(answer["activation"]) == {"code", "message", "challenge", "timeout_ms"}
     await hass.async_block_till_done()
@@ -156,8 +171,8 @@ async def test_pair_again_with_the_code_the_new_identity_heard(
     assert sub.data["client_id"] == "after-factory-reset"
     assert answer["websocket"]["token"] == sub.data["token"] != TOKEN
     assert sub.title == "Kitchen"  # the same device in Home Assistant: name, entities, history
-    assert token_of(await post_ota(client)) == ""  # the stranger still gets nothing
-    assert token_of(await post_ota(client, client_id=CLIENT_ID)) == ""  # nor the old identity
+    assert pending_only(hass, MAC, await post_ota(client))  # the stranger still gets nothing
+    assert pending_only(hass, MAC, await post_ota(client, client_id=CLIENT_ID))  # nor the old identity
     await reset.connect()
     await wait_for(setup_integration.runtime_data.devices[MAC], lambda d: d.connection is not None)
     await reset.drop()
@@ -180,7 +195,7 @@ async def test_activation_v2_serial_number_is_part_of_the_identity(
         if serial:
             headers |= {"Activation-Version": "2", "Serial-Number": serial}
         answer = await (await client.post(OTA_PATH, json={}, headers=headers)).json()
-        assert token_of(answer) == ""
+        assert pending_only(hass, NEW_MAC, answer)
 
 
 async def test_client_added_by_mac_binds_its_identity_when_it_connects(
@@ -191,30 +206,32 @@ async def test_client_added_by_mac_binds_its_identity_when_it_connects(
     hass.config_entries.async_add_subentry(setup_integration, _subentry(NEW_MAC, "manual-token"))
     await hass.async_block_till_done()
     # Before it has proven anything, its MAC alone gets no token.
-    assert token_of(await post_ota(client, NEW_MAC, client_id="py-xiaozhi-uuid")) == ""
+    assert pending_only(hass, NEW_MAC, await post_ota(client, NEW_MAC, client_id="py-xiaozhi-uuid"))
     client_app = firmware(client, mac=NEW_MAC, client_id="py-xiaozhi-uuid", token="manual-token", flavor="py-xiaozhi")
     client_app.options.url = ws_url(client)
     await client_app.connect()
     await wait_for(hub.devices[NEW_MAC], lambda d: d.identity.client_id == "py-xiaozhi-uuid")
     answer = await post_ota(client, NEW_MAC, client_id="py-xiaozhi-uuid")
     assert answer["websocket"]["token"] == "manual-token"  # the token the user configured stays
-    assert token_of(await post_ota(client, NEW_MAC, client_id="someone-else")) == ""
+    assert pending_only(hass, NEW_MAC, await post_ota(client, NEW_MAC, client_id="someone-else"))
     await client_app.drop()
 
 
 async def test_client_added_by_mac_can_bind_with_its_code(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
 ) -> None:
-    """py-xiaozhi asks the OTA URL first: its code on the card binds it, and its token stays the same."""
+    """py-xiaozhi asks the OTA URL first: its code on the card binds it, with the token handed out
+    with the code (the one it stored: it does not ask again after activating)."""
     hass.config_entries.async_add_subentry(setup_integration, _subentry(NEW_MAC, "manual-token"))
     await hass.async_block_till_done()
-    code = (await post_ota(client, NEW_MAC, client_id="py-xiaozhi-uuid"))["activation"]["code"]
+    pending = await post_ota(client, NEW_MAC, client_id="py-xiaozhi-uuid")
+    code = pending["activation"]["code"]
     await hass.async_block_till_done()
     (flow,) = hass.config_entries.flow.async_progress_by_handler(DOMAIN)
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
     assert result["reason"] == "paired_again"
     answer = await post_ota(client, NEW_MAC, client_id="py-xiaozhi-uuid")
-    assert answer["websocket"]["token"] == "manual-token"
+    assert answer["websocket"]["token"] == token_of(pending) != "manual-token"
 
 
 def _subentry(mac: str, token: str) -> ConfigSubentry:
@@ -331,12 +348,36 @@ async def test_accept_without_code_is_capped(
     hass.config_entries.async_update_entry(setup_integration, options={"accept_without_code": True})
     await hass.async_block_till_done()
     answers = [await post_ota(client, f"02:00:00:00:00:{i:02x}", client_id=f"c{i}") for i in range(40)]
-    assert sum(bool(token_of(a)) for a in answers) == AUTO_PAIR_PER_HOUR
+    assert sum("activation" not in a for a in answers) == AUTO_PAIR_PER_HOUR
     assert all("activation" in a for a in answers[AUTO_PAIR_PER_HOUR:])
     assert len(setup_integration.runtime_data.devices) == 1 + AUTO_PAIR_PER_HOUR
-    assert caplog.text.count("new devices asked to join within an hour") == 1
+    assert caplog.text.count(f"but {AUTO_PAIR_PER_HOUR} joined within the last hour") == 1
+    assert "Refused 02:00:00:00:00:0a: the hub accepts new devices without a code" in caplog.text
     # A paired MAC with another identity is never let in without a code, option or not.
-    assert token_of(await post_ota(client, MAC)) == ""
+    assert pending_only(hass, MAC, await post_ota(client, MAC))
+
+
+async def test_the_hourly_number_of_new_devices_is_an_option_and_a_refusal_says_so(
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A load test of 5 clients with only ``?device-id=``: 3 an hour are let in, as set; the log names
+    the refused one and says what to change (it said "Refused device None … sent no token")."""
+    hass.config_entries.async_update_entry(
+        setup_integration, options={"accept_without_code": True, "new_devices_per_hour": 3}
+    )
+    await hass.async_block_till_done()
+    statuses = []
+    for index in range(5):
+        resp = await client.get(WS_PATH, params={"device-id": f"load-test-{index}"})
+        statuses.append(resp.status)
+        resp.close()
+    assert statuses.count(401) == 2
+    assert "Refused load-test-3: the hub accepts new devices without a code, but 3 joined" in caplog.text
+    assert "Refused device None" not in caplog.text
+    assert "Login attempt failed" not in caplog.text
 
 
 # -- pairing under a flood ---------------------------------------------------------------------
@@ -520,3 +561,16 @@ async def test_load_testers_join_without_a_code_only_while_the_hub_accepts_them(
     await hass.async_block_till_done()
     resp = await client.get(WS_PATH, params={"device-id": "load-tester-001"})
     assert resp.status == 401  # and once the option is off, not even it
+
+
+async def test_the_token_journal_is_kept_private(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, tmp_path: Path
+) -> None:
+    """The journal holds tokens: written as Home Assistant writes its auth store (mode 0600)."""
+    from homeassistant.util.file import write_utf8_file
+
+    journal = setup_integration.runtime_data.identities
+    assert journal._store._private
+    path = tmp_path / "journal"
+    write_utf8_file(str(path), "{}", journal._store._private)
+    assert path.stat().st_mode & 0o077 == 0

@@ -391,6 +391,8 @@ class SimulatedDevice:
             raise OtaError("no WebSocket URL stored")
         self.options.url = websocket["url"]
         self.options.token = str(websocket.get("token", ""))
+        if self.options.flavor == "py-xiaozhi" and not self.options.token:
+            self.options.token = "test-token"  # its ``ws.get("token", "test-token") or "test-token"``
         self.options.protocol_version = int(websocket.get("version", 1))
 
     async def open(self) -> None:
@@ -541,9 +543,10 @@ class SimulatedDevice:
             else:
                 self.device_state = "listening"
                 if self.listening_mode == "auto" and self.relisten:
-                    await self.send_json(
-                        {"session_id": self.session_id, "type": "listen", "state": "start", "mode": "auto"}
-                    )
+                    with contextlib.suppress(ConnectionClosed, ConnectionError):  # closed right after
+                        await self.send_json(
+                            {"session_id": self.session_id, "type": "listen", "state": "start", "mode": "auto"}
+                        )
 
     def _on_notify(self, msg: dict[str, Any]) -> None:
         """Firmware 2.5: while idle, fetch ``audio_url`` (mono Ogg Opus, no redirects) and play it."""

@@ -122,7 +122,10 @@ class OtaClient:
             if self.on_code is not None:
                 self.on_code(spoken, message)
             if isinstance(activation.get("challenge"), str):
-                await self._activate(session, activation["challenge"])
+                activated = await self._activate(session, activation["challenge"])
+                if activated and self.device.options.flavor in ("py-xiaozhi", "xiaozhi-sdk"):
+                    # They do not ask OTA again after activating: they keep this answer's settings.
+                    return answer
             else:
                 await asyncio.sleep(self.timing.no_challenge_wait)
         raise OtaError("too many checks")
@@ -149,7 +152,8 @@ class OtaClient:
         self.device.save_nvs()
         return answer
 
-    async def _activate(self, session: aiohttp.ClientSession, challenge: str) -> None:
+    async def _activate(self, session: aiohttp.ClientSession, challenge: str) -> bool:
+        """Poll ``/activate`` (as ``Ota::Activate`` does); True once it answered 200."""
         for _ in range(self.timing.activate_attempts):
             try:
                 async with session.post(
@@ -160,7 +164,8 @@ class OtaClient:
                 status = 0
             self.log.activations.append(status)
             if status == 200:
-                return
+                return True
             await asyncio.sleep(
                 self.timing.activate_pending_delay if status == 202 else self.timing.activate_error_delay
             )
+        return False

@@ -563,7 +563,11 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         run.connection.touch()
         self._send_to(run, voice.stt(text))  # clients draw the user's line from it
         pipeline = self._pipeline()
-        run.text_only = not pipeline.tts_engine
+        # Shown, not spoken, without text-to-speech, or where no audio can reach the device yet (an
+        # MQTT device that typed before its microphone's first datagram proved its UDP address).
+        run.text_only = not pipeline.tts_engine or not run.connection.audio_open
+        if pipeline.tts_engine and not run.connection.audio_open:
+            _LOGGER.info("Device %s: no audio channel yet; its answer is shown as text", self.device.mac)
         context = Context()
         self.async_set_context(context)
         extra_system_prompt, self._extra_system_prompt = self._extra_system_prompt, None

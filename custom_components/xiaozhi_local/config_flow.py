@@ -28,12 +28,14 @@ from .const import (
     CONF_MAC,
     CONF_MQTT,
     CONF_MQTT_PORT,
+    CONF_NEW_PER_HOUR,
     CONF_SILENCE_TIMEOUT,
     CONF_TOKEN,
     CONF_UDP_PORT,
     CONF_WEBSOCKET_URL,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MQTT_PORT,
+    DEFAULT_NEW_PER_HOUR,
     DEFAULT_SILENCE_TIMEOUT,
     DEFAULT_UDP_PORT,
     DOMAIN,
@@ -115,7 +117,7 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
             return self.async_abort(reason="not_loaded")
 
         def paired(pending: PendingDevice) -> ConfigFlowResult:
-            device = hub.async_pair(self._mac, _name(user_input or {}), pending.report.identity)
+            device = hub.async_pair(self._mac, _name(user_input or {}), pending.report.identity, token=pending.token)
             return self.async_abort(reason="paired", description_placeholders={"name": device.name})
 
         return self._code_form(
@@ -129,7 +131,7 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
             return self.async_abort(reason="not_loaded" if hub is None else "not_pending")
 
         def paired(pending: PendingDevice) -> ConfigFlowResult:
-            hub.async_pair(self._mac, None, pending.report.identity)
+            hub.async_pair(self._mac, None, pending.report.identity, token=pending.token)
             return self.async_abort(reason="paired_again", description_placeholders={"name": device.name})
 
         placeholders = {"mac": self._mac, "name": device.name}
@@ -199,6 +201,7 @@ class XiaozhiOptionsFlow(OptionsFlow):
                         CONF_FIRMWARE_RELEASES: bool(firmware.get(CONF_FIRMWARE_RELEASES, False)),
                         **{key: value for key, value in urls.items() if value and value != FIRMWARE_URLS[key]},
                         CONF_ACCEPT_WITHOUT_CODE: user_input[CONF_ACCEPT_WITHOUT_CODE],
+                        CONF_NEW_PER_HOUR: int(user_input.get(CONF_NEW_PER_HOUR, DEFAULT_NEW_PER_HOUR)),
                         CONF_WEBSOCKET_URL: url,
                         CONF_SILENCE_TIMEOUT: int(user_input[CONF_SILENCE_TIMEOUT]),
                         CONF_IDLE_TIMEOUT: int(user_input.get(CONF_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)),
@@ -211,6 +214,9 @@ class XiaozhiOptionsFlow(OptionsFlow):
         schema = vol.Schema(
             {
                 vol.Required(CONF_ACCEPT_WITHOUT_CODE, default=False): selector.BooleanSelector(),
+                vol.Required(CONF_NEW_PER_HOUR, default=DEFAULT_NEW_PER_HOUR): selector.NumberSelector(
+                    selector.NumberSelectorConfig(min=1, max=1000, step=1, mode=selector.NumberSelectorMode.BOX)
+                ),
                 vol.Optional(CONF_WEBSOCKET_URL): selector.TextSelector(),
                 vol.Optional(CONF_AI_TASK_ENTITY): selector.EntitySelector(
                     selector.EntitySelectorConfig(domain="ai_task")
@@ -296,9 +302,9 @@ class DeviceSubentryFlow(ConfigSubentryFlow):
             if pending is not None:
                 mac, identity = pending.mac, pending.report.identity
                 if (device := hub.devices.get(mac)) is not None:  # a paired MAC with a new identity
-                    hub.async_pair(mac, _name(user_input), identity)
+                    hub.async_pair(mac, _name(user_input), identity, token=pending.token)
                     return self.async_abort(reason="paired_again", description_placeholders={"name": device.name})
-                data = {CONF_MAC: mac, CONF_TOKEN: new_token(), **identity.as_data()}
+                data = {CONF_MAC: mac, CONF_TOKEN: pending.token, **identity.as_data()}
                 return self.async_create_entry(title=_name(user_input) or default_title(mac), data=data, unique_id=mac)
             errors[CONF_CODE] = result.value
         return self.async_show_form(

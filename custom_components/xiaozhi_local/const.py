@@ -12,6 +12,9 @@ NOTIFY_PATH: Final = "/api/xiaozhi_local/notify"
 FIRMWARE_PATH: Final = "/api/xiaozhi_local/firmware"
 
 CONF_ACCEPT_WITHOUT_CODE: Final = "accept_without_code"
+CONF_NEW_PER_HOUR: Final = "new_devices_per_hour"
+DEFAULT_NEW_PER_HOUR: Final = 10
+"""New devices paired without a code in any hour, while that option is on."""
 CONF_WEBSOCKET_URL: Final = "websocket_url"
 CONF_AI_TASK_ENTITY: Final = "ai_task_entity"
 CONF_SILENCE_TIMEOUT: Final = "silence_timeout"

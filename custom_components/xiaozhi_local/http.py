@@ -13,6 +13,7 @@ from .connection import CLOSE_TIMEOUT, ClientInfo, DeviceConnection
 from .const import MAX_CONNECTION_MESSAGE, WS_PATH
 from .device import XiaozhiDevice
 from .hub import Refused, async_get_hub
+from .pairing_session import async_run_pairing_session
 from .protocol.messages import PROTOCOL_VERSIONS, normalize_mac
 from .urls import vision_url
 
@@ -74,6 +75,10 @@ class XiaozhiWebSocketView(HomeAssistantView):
             device = hub.async_open_device(raw_mac, _param(request, "Client-Id"))
         if device is None:
             device = hub.async_authenticate(mac, token) if mac else Refused.GUESS if token else Refused.NO_TOKEN
+        if device is Refused.PENDING and mac is not None and (pending := hub.pairing.with_token(mac, token)):
+            # The token handed out with a code not typed yet: the client is told its code (xiaozhi-sdk).
+            version = _protocol_version(_param(request, "Protocol-Version"))
+            return await async_run_pairing_session(hass, request, pending, version)
         if isinstance(device, Refused):
             return await async_refuse(request, device, mac)
         client = ClientInfo(
@@ -110,6 +115,11 @@ async def async_refuse(request: web.Request, why: Refused, mac: str | None) -> w
     never banned, so it can still fetch its new token at its next boot. A guess goes to HA's ban
     logic with its secrets masked, since HA logs the requested URL.
     """
+    if why is Refused.CAPPED:
+        return _unauthorized()  # said once in the log, with what to change (hub.py)
+    if why is Refused.PENDING:
+        _LOGGER.info("Refused device %s at %s: its code has not been entered yet", mac, request.path)
+        return _unauthorized()
     if why is Refused.NO_TOKEN:
         _LOGGER.info("Refused device %s at %s: it sent no token (pair it first)", mac, request.path)
         return _unauthorized()

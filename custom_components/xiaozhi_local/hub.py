@@ -25,12 +25,14 @@ from .const import (
     CONF_MAC,
     CONF_MQTT,
     CONF_MQTT_PORT,
+    CONF_NEW_PER_HOUR,
     CONF_OPEN,
     CONF_TOKEN,
     CONF_TRANSPORT,
     CONF_UDP_PORT,
     CONF_WEBSOCKET_URL,
     DEFAULT_MQTT_PORT,
+    DEFAULT_NEW_PER_HOUR,
     DEFAULT_UDP_PORT,
     DOMAIN,
     MISSED_PINGS,
@@ -46,7 +48,7 @@ from .firmware_sources import CHECK_EVERY as FIRMWARE_CHECK_EVERY
 from .identities import IdentityJournal, token_hash
 from .link import DeviceLink
 from .notify import AnnouncementStore
-from .pairing import AUTO_PAIR_PER_HOUR, DeviceReport, Identity, PairingManager, PendingDevice, RateLimit, new_token
+from .pairing import DeviceReport, Identity, PairingManager, PendingDevice, RateLimit, new_token
 from .protocol.messages import normalize_mac
 from .repairs import async_mqtt_port, async_token_accepted, async_wrong_token
 from .updates import FirmwareUpdates
@@ -69,7 +71,11 @@ class Refused(StrEnum):
     EARLIER = "earlier_token"
     """A token this device had before the user regenerated it or deleted the device: not a guess."""
     NO_TOKEN = "no_token"
-    """No token at all: nothing was guessed (a client not paired yet, as xiaozhi-sdk while it pairs)."""
+    """No token at all: nothing was guessed (a client not paired yet)."""
+    PENDING = "pending"
+    """The token handed out with a code that has not been typed yet: not a guess."""
+    CAPPED = "capped"
+    """A new device without a code past the hour's number of them (the hub option): not a guess."""
 
 
 class XiaozhiHub:
@@ -96,7 +102,7 @@ class XiaozhiHub:
         self._cache: dict[str, Any] = {}  # by MAC: what was loaded, then the last cache that could be saved
         self._save_due: float | None = None
         self.identities = IdentityJournal(hass, entry.entry_id)
-        self._auto_pairing = RateLimit(AUTO_PAIR_PER_HOUR, 3600.0)
+        self._auto_pairing = RateLimit(int(entry.options.get(CONF_NEW_PER_HOUR, DEFAULT_NEW_PER_HOUR)), 3600.0)
         self._device_listeners: list[Callable[[XiaozhiDevice], None]] = []
         self._transport_listeners: list[Callable[[], None]] = []
         self._logged: dict[str, float] = {}
@@ -316,41 +322,49 @@ class XiaozhiHub:
         """The paired device whose MAC and identity this OTA request presents, if it proves both.
 
         With "Accept new devices without a code", an unknown MAC is paired here, at most
-        ``AUTO_PAIR_PER_HOUR`` an hour; a paired MAC with another identity never is.
+        as many an hour as its option says; a paired MAC with another identity never is.
         """
         device = self.devices.get(mac)
         if device is None and self.accept_without_code:
-            if self._auto_pairing.allow():
+            if self._allow_new_device():
                 _LOGGER.warning("Pairing %s without a code (the hub accepts new devices without one)", mac)
                 return self.async_pair(mac, None, report.identity)
-            self.log_once(
-                "auto_pair_limit",
-                "More than %d new devices asked to join within an hour; the rest must be paired with their code",
-                AUTO_PAIR_PER_HOUR,
-            )
+            self._log_pairing_cap(mac)
         if device is not None and report.identity.proves(device.identity):
             return device
         return None
 
+    def _allow_new_device(self) -> bool:
+        """One more new device without a code this hour (the hub option's number, as it is now)."""
+        self._auto_pairing.limit = int(self.entry.options.get(CONF_NEW_PER_HOUR, DEFAULT_NEW_PER_HOUR))
+        return self._auto_pairing.allow()
+
+    def _log_pairing_cap(self, who: str) -> None:
+        self.log_once(
+            "auto_pair_limit",
+            "Refused %s: the hub accepts new devices without a code, but %d joined within the last hour "
+            "(raise 'New devices without a code per hour' in the hub options, or pair it with its code)",
+            who,
+            self._auto_pairing.limit,
+        )
+
     @callback
-    def async_open_device(self, device_id: str, client_id: str | None) -> XiaozhiDevice | None:
+    def async_open_device(self, device_id: str, client_id: str | None) -> XiaozhiDevice | Refused | None:
         """A client with a device id and no token, while the hub accepts devices without a code.
 
         Load testers written for other xiaozhi servers connect with ``?device-id=<any string>``
         only. Such a client is paired at first contact (within the hourly cap) and let in without
         a token from then on, but only while the option is on, and never as a device that was
-        paired the usual way.
+        paired the usual way. ``Refused.CAPPED`` when the hour's new devices are used up.
         """
         if not self.accept_without_code:
             return None
         mac = normalize_mac(device_id) or pseudo_mac(device_id)
         if (device := self.devices.get(mac)) is not None:
             return device if device.open else None
-        if not self._auto_pairing.allow():
-            self.log_once(
-                "auto_pair_limit", "More than %d new devices asked to join within an hour", AUTO_PAIR_PER_HOUR
-            )
-            return None
+        if not self._allow_new_device():
+            self._log_pairing_cap(device_id[:64])
+            return Refused.CAPPED
         _LOGGER.warning(
             "Pairing %s (%s) without a code or token (the hub accepts new devices without one)", device_id[:64], mac
         )
@@ -379,18 +393,27 @@ class XiaozhiHub:
         return pending
 
     @callback
-    def async_pair(self, mac: str, title: str | None, identity: Identity, *, open_: bool = False) -> XiaozhiDevice:
+    def async_pair(
+        self,
+        mac: str,
+        title: str | None,
+        identity: Identity,
+        *,
+        open_: bool = False,
+        token: str | None = None,
+    ) -> XiaozhiDevice:
         """Make ``mac`` with ``identity`` a paired device: a new subentry with its own token.
 
+        ``token``: the one its waiting record was handed with the code (it may hold it already).
         A paired MAC takes the new identity instead. If it had one before, this is another
         device (or a reset one): it gets a new token, and whoever holds the old one is out.
         """
-        data: dict[str, Any] = {CONF_MAC: mac, CONF_TOKEN: new_token(), **identity.as_data()}
+        data: dict[str, Any] = {CONF_MAC: mac, CONF_TOKEN: token or new_token(), **identity.as_data()}
         if open_:
             data[CONF_OPEN] = True
         if (device := self.devices.get(mac)) is not None:
             subentry = self.entry.subentries[device.subentry_id]
-            if not device.identity.client_id:
+            if not device.identity.client_id and token is None:
                 data[CONF_TOKEN] = device.token  # its first identity: the token the user configured stays
             _LOGGER.info("Device %s (%s) now has a new identity", device.name, mac)
             self.hass.config_entries.async_update_subentry(
@@ -455,10 +478,14 @@ class XiaozhiHub:
         matches = hmac.compare_digest(expected.encode(), token.encode())
         if not token:
             refusal = Refused.NO_TOKEN
+        elif self.identities.was_issued(mac, token):
+            refusal = Refused.EARLIER
+        elif self.pairing.with_token(mac, token) is not None:
+            refusal = Refused.PENDING
         else:
-            refusal = Refused.EARLIER if self.identities.was_issued(mac, token) else Refused.GUESS
-        if device is None:
-            return refusal
+            refusal = Refused.GUESS
+        if device is None or (refusal is Refused.PENDING and not matches):
+            return refusal  # an identity still waiting for its code (a paired MAC's new one too)
         if not matches or not token:
             device.refused_tokens += 1
             async_wrong_token(self.hass, mac, device.name, device.refused_tokens)

@@ -95,7 +95,10 @@ class IdentityJournal:
     """The records by MAC, saved at once (not on a delay) whenever one changes."""
 
     def __init__(self, hass: HomeAssistant, entry_id: str) -> None:
-        self._store: Store[dict[str, Any]] = Store(hass, STORAGE_VERSION, f"{DOMAIN}.{entry_id}.identities")
+        # Tokens: no more readable than Home Assistant keeps its own auth store (0600).
+        self._store: Store[dict[str, Any]] = Store(
+            hass, STORAGE_VERSION, f"{DOMAIN}.{entry_id}.identities", private=True, atomic_writes=True
+        )
         self.records: dict[str, Record] = {}
         self._changes = 0  # bumped by every change
         self._saved = 0  # the change count that is on disk

@@ -124,9 +124,10 @@ class XiaozhiOtaView(HomeAssistantView):
         return web.json_response(
             {
                 "server_time": server_time(hass),
-                # Every answer has the URL: xiaozhi-sdk reads websocket.url and .token from any answer.
-                # No token yet: "" (the firmware then sends no Authorization header).
-                "websocket": {"url": hub.websocket_url(), "token": "", "version": 1},
+                # Every answer has the URL, and the token the device will have once its code is typed
+                # (pairing.py): py-xiaozhi and xiaozhi-sdk do not ask again after pairing. Before
+                # that it opens only a session that says the code (pairing_session.py).
+                "websocket": {"url": hub.websocket_url(), "token": pending.token, "version": 1},
                 "activation": {
                     "code": pending.code,
                     "message": activation_message(pending.code, report.language),

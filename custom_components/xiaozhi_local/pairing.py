@@ -25,8 +25,6 @@ from .const import CONF_CLIENT_ID, CONF_SERIAL
 MAX_PENDING: Final = 64
 MAX_PER_SOURCE: Final = 8
 """Devices one source address may have waiting at once; more push out its own oldest."""
-AUTO_PAIR_PER_HOUR: Final = 10
-"""Devices "Accept new devices without a code" pairs in an hour; later ones are given a code."""
 CODE_TTL: Final = 15 * 60.0
 MAX_FAILURES: Final = 5
 LOCKOUT: Final = 5 * 60.0
@@ -137,6 +135,9 @@ class PendingDevice:
     report: DeviceReport
     source: str = ""
     """The address the request came from (bounds what one address can hold)."""
+    token: str = field(default_factory=new_token)
+    """The token it will have once paired, handed out with the code: clients that do not ask OTA
+    again after pairing (py-xiaozhi, xiaozhi-sdk) connect with it. It opens nothing before."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -191,6 +192,14 @@ class PairingManager:
         """The waiting device with this MAC and this identity, if its code is still valid."""
         self._expire()
         return self._pending.get((mac, identity.client_id or ""))
+
+    def with_token(self, mac: str, token: str) -> PendingDevice | None:
+        """The waiting identity of ``mac`` that was handed ``token`` (constant-time comparisons)."""
+        found = None
+        for pending in self.for_mac(mac):
+            if secrets.compare_digest(pending.token.encode(), token.encode()):
+                found = pending
+        return found
 
     def for_mac(self, mac: str) -> list[PendingDevice]:
         """Every identity waiting with this MAC."""

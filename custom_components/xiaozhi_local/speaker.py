@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from homeassistant.components.assist_satellite import AssistSatelliteAnnouncement
 from homeassistant.core import HomeAssistant
@@ -48,8 +48,38 @@ type TextSource = Callable[[], str | None]
 """The text to show while speaking, read as it plays (a streamed reply's text comes later)."""
 
 
+class Named(Protocol):
+    """What a log line names a device by."""
+
+    @property
+    def mac(self) -> str:
+        """Its MAC address."""
+        ...
+
+
+class SpeakerLink(Protocol):
+    """What speech needs of a connection (a device's link, or a pairing session's socket)."""
+
+    @property
+    def device(self) -> Named:
+        """Whom it talks to."""
+        ...
+
+    async def async_send_json(self, message: dict[str, Any]) -> bool:
+        """One JSON message; False when the connection is gone."""
+        ...
+
+    async def async_send_audio(self, packet: bytes, timestamp: int = 0) -> bool:
+        """One Opus packet; False when the connection is gone."""
+        ...
+
+    def touch(self) -> None:
+        """Voice activity (the conversation goes on)."""
+        ...
+
+
 async def async_speak(
-    hass: HomeAssistant, connection: DeviceLink, source: AsyncIterator[bytes] | None, text: TextSource
+    hass: HomeAssistant, connection: SpeakerLink, source: AsyncIterator[bytes] | None, text: TextSource
 ) -> None:
     """``tts start``, paced Opus, the text's sentences as they are heard, then always ``tts stop``.
 
@@ -90,7 +120,7 @@ async def async_speak(
         connection.touch()
 
 
-async def _show_sentences(connection: DeviceLink, text: TextSource, shown: int, heard: float) -> int:
+async def _show_sentences(connection: SpeakerLink, text: TextSource, shown: int, heard: float) -> int:
     """``tts sentence_start`` for each sentence whose (estimated) time has come."""
     sentences = split_sentences(text() or "")
     offset = sum(speech_seconds(s) for s in sentences[:shown])
@@ -214,4 +244,12 @@ async def async_speak_idle(
         await async_until_played(waiting)
         return
     status = "通知" if hub.hass.config.language.lower().startswith("zh") else "Announcement"
-    await connection.async_send_json(voice.alert(alert or text, status=status, emotion=voice.EMOTION_ANSWER))
+    sent = await connection.async_send_json(voice.alert(alert or text, status=status, emotion=voice.EMOTION_ANSWER))
+    _LOGGER.info(
+        "Device %s is idle: the announcement %s as an alert (its text and a sound, not spoken: %s)",
+        connection.device.mac,
+        "was sent" if sent else "could not be sent",
+        "its firmware plays speech while idle from 2.5 on"
+        if not connection.device.plays_notify
+        else "it did not fetch the speech",
+    )

@@ -1,0 +1,121 @@
+"""A pairing-only session: a client that waits for its code connects, and is told the code.
+
+xiaozhi-sdk never shows the OTA answer's ``activation``: it connects over WebSocket with the
+token of that answer and expects the server to say the code. Such a client proves nothing more
+than anyone who asks OTA (who is given the same code), so it gets nothing more: the hello, the
+activation message shown as a sentence and spoken where the preferred assistant has
+text-to-speech, then the socket is closed. No tools, no pipeline, nothing it sends is read but
+the hello.
+"""
+
+import asyncio
+from collections.abc import AsyncGenerator
+import contextlib
+from dataclasses import dataclass
+import json
+import logging
+import secrets
+from typing import Any, Final
+
+from aiohttp import WSMsgType, web
+from homeassistant.components import tts
+from homeassistant.components.assist_pipeline.pipeline import async_get_pipeline
+from homeassistant.core import HomeAssistant
+from homeassistant.exceptions import HomeAssistantError
+
+from .media import tts_pcm
+from .pairing import PendingDevice, activation_message
+from .protocol.audio import pack_frame
+from .protocol.messages import dumps, server_hello
+from .speaker import async_speak
+
+_LOGGER = logging.getLogger(__name__)
+
+HELLO_TIMEOUT: Final = 10.0
+"""Seconds the client has to say hello."""
+MAX_MESSAGE: Final = 4096
+"""A hello is small; the session reads nothing else."""
+
+
+@dataclass(slots=True)
+class _Named:
+    mac: str
+
+
+class _PairingLink:
+    """The socket, as speech sees a connection (``speaker.SpeakerLink``)."""
+
+    def __init__(self, ws: web.WebSocketResponse, mac: str, protocol_version: int) -> None:
+        self.ws = ws
+        self.device = _Named(mac)
+        self.protocol_version = protocol_version
+
+    async def async_send_json(self, message: dict[str, Any]) -> bool:
+        if self.ws.closed:
+            return False
+        try:
+            await self.ws.send_str(dumps(message))
+        except ConnectionError, RuntimeError:
+            return False
+        return True
+
+    async def async_send_audio(self, packet: bytes, timestamp: int = 0) -> bool:
+        if self.ws.closed:
+            return False
+        try:
+            await self.ws.send_bytes(pack_frame(self.protocol_version, packet, timestamp))
+        except ConnectionError, RuntimeError:
+            return False
+        return True
+
+    def touch(self) -> None:
+        """Nothing to keep alive: the session ends after the code."""
+
+
+async def async_run_pairing_session(
+    hass: HomeAssistant, request: web.Request, pending: PendingDevice, protocol_version: int
+) -> web.StreamResponse:
+    """Accept the socket, answer the hello, say the code, close."""
+    ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, autoping=True, compress=False, timeout=5)
+    await ws.prepare(request)
+    link = _PairingLink(ws, pending.mac, protocol_version)
+    try:
+        async with asyncio.timeout(HELLO_TIMEOUT):
+            message = await ws.receive()
+        if message.type != WSMsgType.TEXT or not _is_hello(message.data):
+            return ws
+        await link.async_send_json(server_hello(secrets.token_hex(8)))
+        text = activation_message(pending.code, pending.report.language or hass.config.language)
+        _LOGGER.info("Device %s waits for its code: telling it over its connection", pending.mac)
+        await async_speak(hass, link, _speech(hass, text), lambda: text)
+    except TimeoutError:
+        _LOGGER.debug("Device %s opened a pairing session and said no hello", pending.mac)
+    finally:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await ws.close(code=1000, message=b"enter the code in Home Assistant")
+    return ws
+
+
+def _is_hello(text: str) -> bool:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("type") == "hello"
+
+
+def _speech(hass: HomeAssistant, text: str) -> AsyncGenerator[bytes] | None:
+    """The preferred assistant's text-to-speech of ``text`` as PCM, or None when it has none."""
+    pipeline = async_get_pipeline(hass)
+    if not pipeline.tts_engine or (engine := tts.async_resolve_engine(hass, pipeline.tts_engine)) is None:
+        return None
+    options: dict[str, Any] = {tts.ATTR_PREFERRED_FORMAT: "wav"}
+    if pipeline.tts_voice is not None:
+        options[tts.ATTR_VOICE] = pipeline.tts_voice
+    try:
+        stream = tts.async_create_stream(hass, engine=engine, language=pipeline.tts_language, options=options)
+    except HomeAssistantError as err:
+        _LOGGER.debug("No speech for the pairing code: %s", err)
+        return None
+    stream.async_set_message(text)
+    return tts_pcm(hass, stream.token)
