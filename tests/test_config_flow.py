@@ -81,8 +81,9 @@ async def test_discovered_device_pairs(hass: HomeAssistant, setup_integration: M
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == NEW_MAC)
     assert sub.data[CONF_MAC] == NEW_MAC
     assert sub.data["client_id"] == "cid"
-    assert len(sub.data[CONF_TOKEN]) >= 43
-    assert NEW_MAC in setup_integration.runtime_data.devices
+    await hass.async_block_till_done()
+    assert CONF_TOKEN not in sub.data  # kept once, in the private journal
+    assert len(setup_integration.runtime_data.devices[NEW_MAC].token) >= 43
 
 
 async def test_discovered_device_lockout(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
@@ -299,7 +300,7 @@ async def test_add_device_by_code_for_a_paired_mac(hass: HomeAssistant, setup_in
     assert result["reason"] == "paired_again"
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
     assert sub.data["client_id"] == "reset"
-    assert sub.data[CONF_TOKEN] != TOKEN
+    assert setup_integration.runtime_data.devices[MAC].token != TOKEN
     assert sub.title == "Kitchen"
 
 
@@ -330,8 +331,9 @@ async def test_add_device_by_mac_then_it_connects(
     assert result["title"] == "Hall"
     await hass.async_block_till_done()
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == NEW_MAC)
-    assert sub.data == {CONF_MAC: NEW_MAC, CONF_TOKEN: token}
+    assert sub.data == {CONF_MAC: NEW_MAC}
     hub = setup_integration.runtime_data
+    assert hub.devices[NEW_MAC].token == token
     client = await hass_client_no_auth()
     device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=token, mac=NEW_MAC))
     await device.connect()
@@ -365,7 +367,8 @@ async def test_duplicate_mac(hass: HomeAssistant, setup_integration: MockConfigE
 
 async def test_regenerate_token(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
-    old = sub.data[CONF_TOKEN]
+    hub = setup_integration.runtime_data
+    old = hub.devices[MAC].token
     result = await hass.config_entries.subentries.async_init(
         (setup_integration.entry_id, SUBENTRY_DEVICE), context={"source": "reconfigure", "subentry_id": sub.subentry_id}
     )
@@ -375,17 +378,15 @@ async def test_regenerate_token(hass: HomeAssistant, setup_integration: MockConf
     assert result["step_id"] == "new_token"
     token = placeholders_of(result)["token"]
     assert token != old
-    assert old in setup_integration.subentries[sub.subentry_id].data.values()  # not stored before Submit
+    await hass.async_block_till_done()
+    assert hub.devices[MAC].token == old  # not changed before Submit
     result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
     assert result["reason"] == "token_regenerated"
     assert result.get("translation_domain") is None  # our own, translated text (not HA's generic one)
-    assert setup_integration.subentries[sub.subentry_id].data == {
-        CONF_MAC: MAC,
-        CONF_TOKEN: token,
-        "client_id": CLIENT_ID,
-    }
     await hass.async_block_till_done()
-    assert setup_integration.runtime_data.devices[MAC].token == token
+    assert setup_integration.subentries[sub.subentry_id].data == {CONF_MAC: MAC, "client_id": CLIENT_ID}
+    assert hub.devices[MAC].token == token
+    assert hub.identities.get(MAC).token == token
 
 
 @pytest.mark.parametrize(

@@ -167,8 +167,9 @@ async def test_whole_journey(
     assert set(answer["server_time"]) == {"timestamp", "timezone_offset"}
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == NEW_MAC)
     assert sub.title == "Kids' room"
-    assert answer["websocket"] == {"url": hub_url, "token": sub.data["token"], "version": 1}
-    assert sub.data["token"] == pending_token
+    token = setup_integration.runtime_data.devices[NEW_MAC].token
+    assert answer["websocket"] == {"url": hub_url, "token": token, "version": 1}
+    assert token == pending_token
     assert sub.data["client_id"] == device.options.client_id
     assert device.nvs == {"websocket": answer["websocket"]}
     # It connects and appears with its tools.
@@ -344,8 +345,7 @@ async def test_accept_without_code(
     answer = await device.boot(ota_url(client), FAST)
     assert set(answer) == {"server_time", "websocket"}
     assert "without a code" in caplog.text
-    sub = next(s for s in setup_integration.subentries.values() if s.unique_id == NEW_MAC)
-    assert answer["websocket"]["token"] == sub.data["token"]
+    assert answer["websocket"]["token"] == setup_integration.runtime_data.devices[NEW_MAC].token
     await device.connect()
     await setup_integration.runtime_data.devices[NEW_MAC].async_wait_ready(5)
     await device.drop()

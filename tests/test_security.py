@@ -5,6 +5,7 @@ Every test goes through the real endpoints, with the firmware simulator where a 
 
 import asyncio
 from collections.abc import AsyncIterator
+import json
 import logging
 from pathlib import Path
 from types import MappingProxyType
@@ -14,7 +15,12 @@ from unittest.mock import patch
 from aiohttp import ClientSession, TCPConnector
 from aiohttp.test_utils import TestClient
 from homeassistant.components.http.ban import KEY_FAILED_LOGIN_ATTEMPTS
-from homeassistant.config_entries import SOURCE_INTEGRATION_DISCOVERY, ConfigSubentry
+from homeassistant.config_entries import (
+    SOURCE_INTEGRATION_DISCOVERY,
+    ConfigEntryState,
+    ConfigSubentry,
+    ConfigSubentryData,
+)
 from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import FlowResultType
 from homeassistant.setup import async_setup_component
@@ -22,10 +28,13 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import (
+    CONF_CLIENT_ID,
+    CONF_MAC,
     CONF_WEBSOCKET_URL,
     DEFAULT_NEW_PER_HOUR as AUTO_PAIR_PER_HOUR,
     DOMAIN,
     OTA_PATH,
+    SUBENTRY_DEVICE,
     WS_PATH,
 )
 from custom_components.xiaozhi_local.hub import Refused
@@ -169,7 +178,7 @@ async def test_pair_again_with_the_code_the_new_identity_heard(
     answer = await asyncio.wait_for(boot, 10)
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
     assert sub.data["client_id"] == "after-factory-reset"
-    assert answer["websocket"]["token"] == sub.data["token"] != TOKEN
+    assert answer["websocket"]["token"] == setup_integration.runtime_data.devices[MAC].token != TOKEN
     assert sub.title == "Kitchen"  # the same device in Home Assistant: name, entities, history
     assert pending_only(hass, MAC, await post_ota(client))  # the stranger still gets nothing
     assert pending_only(hass, MAC, await post_ota(client, client_id=CLIENT_ID))  # nor the old identity
@@ -495,6 +504,87 @@ async def test_restart_after_a_kill_keeps_a_deleted_device_deleted(
 ) -> None:
     assert setup_integration.runtime_data.devices == {}
     assert not any(s.unique_id == MAC for s in setup_integration.subentries.values())
+
+
+async def test_each_token_is_kept_once(
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    hub_url: str,
+    hass_storage: dict[str, Any],
+) -> None:
+    """Tokens live in the private journal only: moved out of older subentries, never left in new ones."""
+    await hass.async_block_till_done()
+    assert setup_integration.version == 2
+    assert TOKEN not in json.dumps(setup_integration.as_dict())  # what HA saves, readable by all users
+    journal = f"{DOMAIN}.{setup_integration.entry_id}.identities"
+    assert hass_storage[journal]["data"]["devices"][MAC]["token"] == TOKEN
+    device = firmware(client, mac=NEW_MAC, client_id="fresh")
+    boot, code = await boot_until_code(device, client)
+    await hass.async_block_till_done()
+    (flow,) = hass.config_entries.flow.async_progress_by_handler(DOMAIN)
+    await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
+    token = (await asyncio.wait_for(boot, 10))["websocket"]["token"]
+    await hass.async_block_till_done()
+    assert token not in json.dumps(setup_integration.as_dict())
+    assert hass_storage[journal]["data"]["devices"][NEW_MAC]["token"] == token
+    # After a restart, both still get in with what they hold.
+    assert await hass.config_entries.async_reload(setup_integration.entry_id)
+    await hass.async_block_till_done()
+    hub = setup_integration.runtime_data
+    for mac, held in ((MAC, TOKEN), (NEW_MAC, token)):
+        sim = firmware(client, mac=mac, token=held, url=ws_url(client))
+        await sim.connect()
+        await wait_for(hub.devices[mac], lambda d: d.connection is not None)
+        await sim.drop()
+
+
+async def setup_hub(
+    hass: HomeAssistant, hass_storage: dict[str, Any], data: dict[str, Any], journal: dict[str, Any], version: int = 2
+) -> MockConfigEntry:
+    """A hub whose one subentry holds ``data`` and whose journal on disk holds ``journal``."""
+    entry = MockConfigEntry(
+        domain=DOMAIN,
+        title="Xiaozhi Local",
+        data={},
+        version=version,
+        subentries_data=[
+            ConfigSubentryData(data=data, subentry_type=SUBENTRY_DEVICE, title="Kitchen", unique_id=data[CONF_MAC])
+        ],
+    )
+    key = f"{DOMAIN}.{entry.entry_id}.identities"
+    hass_storage[key] = {"version": 1, "minor_version": 1, "key": key, "data": {"devices": journal}}
+    entry.add_to_hass(hass)
+    await hass.config_entries.async_setup(entry.entry_id)
+    await hass.async_block_till_done()
+    return entry
+
+
+async def test_a_deleted_device_without_a_token_in_its_subentry_stays_deleted(
+    hass: HomeAssistant, hass_storage: dict[str, Any]
+) -> None:
+    """Deleted just before a kill, after its token had left the subentry."""
+    journal = {MAC: {"token": None, "title": "Kitchen", "previous": [token_hash(TOKEN)]}}
+    entry = await setup_hub(hass, hass_storage, {CONF_MAC: MAC, CONF_CLIENT_ID: CLIENT_ID}, journal)
+    assert entry.runtime_data.devices == {}
+    assert not entry.subentries
+
+
+async def test_a_device_with_no_token_on_record_gets_a_new_one(
+    hass: HomeAssistant, hass_storage: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The journal was lost (restored from an old backup): the device gets a token at its next OTA answer."""
+    entry = await setup_hub(hass, hass_storage, {CONF_MAC: MAC, CONF_CLIENT_ID: CLIENT_ID}, {})
+    token = entry.runtime_data.devices[MAC].token
+    assert len(token) >= 43
+    assert f"Device {MAC} had no token on record" in caplog.text
+    assert hass_storage[f"{DOMAIN}.{entry.entry_id}.identities"]["data"]["devices"][MAC]["token"] == token
+
+
+async def test_a_newer_entry_is_not_set_up(hass: HomeAssistant, hass_storage: dict[str, Any]) -> None:
+    """An entry from a later release is left alone, not half read."""
+    entry = await setup_hub(hass, hass_storage, {CONF_MAC: MAC}, {}, version=3)
+    assert entry.state is ConfigEntryState.MIGRATION_ERROR
 
 
 async def test_discovery_card_of_a_paired_mac_needs_a_waiting_identity(

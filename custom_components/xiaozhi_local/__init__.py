@@ -46,6 +46,20 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     return True
 
 
+async def async_migrate_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:
+    """Version 2 keeps the device tokens in the hub's journal; they move there at setup.
+
+    The move is done by the hub from what each subentry carries (``XiaozhiHub._token_for``), so
+    nothing is moved here; the version only stops an older release, which expects a token in
+    every subentry, from setting the entry up.
+    """
+    if entry.version > 2:
+        return False
+    if entry.version < 2:
+        hass.config_entries.async_update_entry(entry, version=2)
+    return True
+
+
 async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:
     """Start the hub: devices from the subentries; the endpoint accepts them from now on."""
     hub = XiaozhiHub(hass, entry)

@@ -72,7 +72,8 @@ def _name(user_input: dict[str, Any]) -> str | None:
 class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
     """The hub (one per HA), and discovered devices asking to join it."""
 
-    VERSION = 1
+    VERSION = 2
+    """2: device tokens are kept in the hub's private journal, not in the subentries (identities.py)."""
 
     def __init__(self) -> None:
         """Start empty."""

@@ -28,7 +28,6 @@ from .const import (
     CONF_MAC,
     CONF_OPEN,
     CONF_SERIAL,
-    CONF_TOKEN,
     DEFAULT_CALL_TIMEOUT,
     DOMAIN,
     MANUFACTURER,
@@ -160,6 +159,8 @@ class XiaozhiDevice:
         hass: HomeAssistant,
         entry_id: str,
         subentry: ConfigSubentry,
+        token: str,
+        *,
         cache: dict[str, Any] | None = None,
         persist: Callable[[float], None] | None = None,
     ) -> None:
@@ -167,7 +168,7 @@ class XiaozhiDevice:
         self.entry_id = entry_id
         self.subentry_id = subentry.subentry_id
         self.mac: str = subentry.data[CONF_MAC]
-        self.token: str = subentry.data[CONF_TOKEN]
+        self.token = token  # kept in the hub's identity journal, not in the subentry (identities.py)
         self.identity = _identity_of(subentry)
         self.open = bool(subentry.data.get(CONF_OPEN))  # paired without a token (load testers)
         self.name = subentry.title
@@ -279,10 +280,9 @@ class XiaozhiDevice:
         return self.connection is not None
 
     @callback
-    def async_update_from(self, subentry: ConfigSubentry) -> bool:
+    def async_update_from(self, subentry: ConfigSubentry, token: str) -> bool:
         """The subentry changed (title, token, identity). True when the identity changed."""
         self.name = subentry.title
-        token = subentry.data[CONF_TOKEN]
         if token != self.token:
             self.token = token
             if self.connection is not None:  # a replaced token ends the session it opened

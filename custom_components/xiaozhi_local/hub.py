@@ -141,22 +141,25 @@ class XiaozhiHub:
     def async_restore_devices(self) -> None:
         """Make the subentries match the journal where Home Assistant stopped before saving them.
 
-        Only where the journal is provably newer: a device it has and the subentries lack (paired
-        just before the stop), or a subentry whose token the journal knows as an earlier one
-        (regenerated, or the device deleted, just before the stop).
+        The journal is always ahead of the subentries (it is written at once, they a second
+        later): a device it has and the subentries lack was paired just before the stop; a
+        subentry whose device the journal has deleted was deleted just before it. A subentry
+        that still carries a token (one written by a flow, or by a version before the tokens
+        moved to the journal) the journal knows as an earlier one was regenerated or deleted.
         """
         subentries = {
             sub.data[CONF_MAC]: sub for sub in self.entry.subentries.values() if sub.subentry_type == SUBENTRY_DEVICE
         }
         for mac, record in self.identities:
             sub = subentries.get(mac)
-            stale = sub is not None and token_hash(sub.data[CONF_TOKEN]) in record.previous
+            carried = sub.data.get(CONF_TOKEN) if sub is not None else None
+            stale = isinstance(carried, str) and token_hash(carried) in record.previous
             if record.token is None:
-                if stale and sub is not None:
+                if sub is not None and (stale or carried is None):
                     _LOGGER.warning("Device %s was deleted just before Home Assistant stopped; deleting it again", mac)
                     self.hass.config_entries.async_remove_subentry(self.entry, sub.subentry_id)
                 continue
-            data = {CONF_MAC: mac, CONF_TOKEN: record.token, **record.identity.as_data()}
+            data = {CONF_MAC: mac, **record.identity.as_data()}
             if sub is None:
                 _LOGGER.warning("Device %s was paired just before Home Assistant stopped; restoring it", mac)
                 self.hass.config_entries.async_add_subentry(
@@ -170,7 +173,45 @@ class XiaozhiHub:
                 )
             elif stale:
                 _LOGGER.warning("Device %s got a new token just before Home Assistant stopped; keeping it", mac)
-                self.hass.config_entries.async_update_subentry(self.entry, sub, data={**sub.data, **data})
+                kept = {k: v for k, v in sub.data.items() if k != CONF_TOKEN}
+                self.hass.config_entries.async_update_subentry(self.entry, sub, data={**kept, **data})
+
+    @callback
+    def _token_for(self, mac: str, subentry: ConfigSubentry) -> str:
+        """The device's token: one its subentry carries (newer), else the journal's, else a new one.
+
+        A flow hands a new or regenerated token over in the subentry; it moves to the journal and
+        leaves the subentry once the journal is on disk (``_async_save_identities``).
+        """
+        carried = subentry.data.get(CONF_TOKEN)
+        if isinstance(carried, str) and carried:
+            return carried
+        if (record := self.identities.get(mac)) is not None and record.token:
+            return record.token
+        if (device := self.devices.get(mac)) is not None:
+            return device.token
+        _LOGGER.warning("Device %s had no token on record; it gets a new one with its next OTA answer", mac)
+        return new_token()
+
+    async def _async_save_identities(self) -> None:
+        """Write the journal; then the tokens it holds leave the subentries (each secret kept once).
+
+        Home Assistant keeps config entries readable by every user of the machine; the journal
+        is kept as its auth store is (0600). The subentry loses its token only once the journal
+        holding it is on disk, so a stop in between loses nothing.
+        """
+        await self.identities.async_flush()
+        if self.identities.dirty or self.stopping:
+            return  # a newer change: its own save comes next
+        for sub in list(self.entry.subentries.values()):
+            carried = sub.data.get(CONF_TOKEN)
+            if sub.subentry_type != SUBENTRY_DEVICE or carried is None:
+                continue
+            record = self.identities.get(sub.data[CONF_MAC])
+            if record is not None and record.token == carried:
+                self.hass.config_entries.async_update_subentry(
+                    self.entry, sub, data={k: v for k, v in sub.data.items() if k != CONF_TOKEN}
+                )
 
     @callback
     def async_add_transport_listener(self, listener: Callable[[], None]) -> CALLBACK_TYPE:
@@ -208,12 +249,18 @@ class XiaozhiHub:
                 self.hass.async_create_task(gone.connection.async_close("device removed"))
             self._async_schedule_save()
         for mac, subentry in wanted.items():
+            token = self._token_for(mac, subentry)
             if (device := self.devices.get(mac)) is not None:
-                fresh = device.async_update_from(subentry)
+                fresh = device.async_update_from(subentry, token)
             else:
                 fresh = True
                 device = XiaozhiDevice(
-                    self.hass, self.entry.entry_id, subentry, self._cache.get(mac), self._async_schedule_save
+                    self.hass,
+                    self.entry.entry_id,
+                    subentry,
+                    token,
+                    cache=self._cache.get(mac),
+                    persist=self._async_schedule_save,
                 )
                 self.devices[mac] = device
                 self._by_device_id[device.device_id] = device
@@ -230,9 +277,10 @@ class XiaozhiHub:
                     self.pairing.remove(mac)
                     self._async_schedule_abort(mac)
                     break
-        if self.identities.dirty:  # at once, not on a delay: see identities.py
+        carried = any(CONF_TOKEN in sub.data for sub in wanted.values())
+        if self.identities.dirty or carried:  # at once, not on a delay: see identities.py
             self.entry.async_create_background_task(
-                self.hass, self.identities.async_flush(), "xiaozhi_local save identities"
+                self.hass, self._async_save_identities(), "xiaozhi_local save identities"
             )
 
     @property

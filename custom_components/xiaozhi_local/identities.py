@@ -1,12 +1,13 @@
-"""Who was handed which token: a journal that reaches disk before any token leaves Home Assistant.
+"""Who holds which token: the only place device tokens are kept, written before any leaves HA.
 
-A paired device lives in a config subentry (MAC, token, identity), which Home Assistant saves
-about a second after a change. A device is handed its token in an OTA answer, and the device
-keeps it in flash: if Home Assistant were killed in between, the device would hold a token that
-Home Assistant forgot. So each token is written here first, and the OTA answer waits for that
-write (``async_flush``). At the next start, the journal repairs the subentries: a device paired
-just before the kill is restored, a token regenerated just before it is kept, a device deleted
-just before it stays deleted.
+A paired device lives in a config subentry (MAC, identity), which Home Assistant saves about a
+second after a change, in a file every user of the machine can read. Its token is kept here
+instead, once, in a store as private as Home Assistant's auth store (0600). A flow that makes
+a token hands it over in the subentry; the hub moves it here and takes it out of the subentry
+once this journal is on disk (``XiaozhiHub._async_save_identities``). A device is handed its
+token in an OTA answer and keeps it in flash, so the OTA answer waits for this write
+(``async_flush``). At the next start, the journal repairs the subentries: a device paired just
+before a kill is restored, a device deleted just before it stays deleted.
 
 The journal also remembers earlier tokens (as hashes): a device that presents its token from
 before "Regenerate token", or from before the user deleted it, is refused without being taken
