@@ -24,6 +24,7 @@ from custom_components.xiaozhi_local import connection as connection_module
 from custom_components.xiaozhi_local.const import (
     DOMAIN,
     EVENT_NOTIFICATION,
+    MAX_REMOVED_RECORDS,
     MAX_TOOL_BUTTONS,
     NOTIFICATION_BURST,
     WS_PATH,
@@ -123,6 +124,10 @@ async def test_new_tool_names_on_every_connection_leave_the_registry_bounded(
     assert all(e.unique_id.startswith(f"{MAC}-tool-x.r4.") for e in tool_buttons)  # the last list's, no others
     assert len(registry_entries(hass)) < 30 + MAX_TOOL_BUTTONS
     assert "no longer has the tools x.r0.t000" in caplog.text  # the user can follow what went
+    # What the registry keeps of removed buttons is bounded too: the newest records, no others.
+    removed = [r for r in er.async_get(hass).deleted_entities.values() if r.unique_id.startswith(f"{MAC}-tool-x.")]
+    assert len(removed) == MAX_REMOVED_RECORDS < 4 * MAX_TOOL_BUTTONS  # four lists were replaced
+    assert {r.unique_id.split(".")[1] for r in removed} == {"r2", "r3"}
 
 
 async def test_notifications_are_bounded_in_rate_and_size(

@@ -9,7 +9,7 @@ from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from .const import MAX_TOOL_BUTTONS
+from .const import DOMAIN, MAX_REMOVED_RECORDS, MAX_TOOL_BUTTONS
 from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
@@ -62,6 +62,7 @@ async def async_setup_entry(
         for entity in stale:
             registry.async_remove(entity.entity_id)
         if stale:
+            forget_oldest_removed(registry, prefix)
             # A warning the first time for the device (then debug): the user sees what went and why.
             names = ", ".join(entity.unique_id.removeprefix(prefix) for entity in stale[:20])
             entity_ids = ", ".join(entity.entity_id for entity in stale[:20]) + (" …" if len(stale) > 20 else "")
@@ -93,6 +94,28 @@ async def async_setup_entry(
     for device in list(hub.devices.values()):
         follow(device)
     entry.async_on_unload(hub.async_add_device_listener(follow))
+
+
+def forget_oldest_removed(registry: er.EntityRegistry, prefix: str) -> int:
+    """Keep the newest ``MAX_REMOVED_RECORDS`` records of removed buttons under ``prefix``; forget the rest.
+
+    ``deleted_entities`` is the registry's own public table (core integrations read it too);
+    a record dropped here only means a button that comes back gets a fresh entity id.
+    """
+    removed = sorted(
+        (
+            (record.modified_at, key)
+            for key, record in registry.deleted_entities.items()
+            if record.platform == DOMAIN and record.domain == "button" and record.unique_id.startswith(prefix)
+        ),
+        reverse=True,
+    )
+    forgotten = [key for _, key in removed[MAX_REMOVED_RECORDS:]]
+    for key in forgotten:
+        del registry.deleted_entities[key]
+    if forgotten:
+        registry.async_schedule_save()
+    return len(forgotten)
 
 
 def tool_buttons(device: XiaozhiDevice) -> list[str]:

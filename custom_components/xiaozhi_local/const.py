@@ -119,6 +119,14 @@ MAX_NOTIFICATION_PARAMS: Final = 4096
 MAX_TOOL_BUTTONS: Final = 32
 """Generic buttons one device gets for its argument-less tools (bounds its entity registry entries)."""
 
+MAX_REMOVED_RECORDS: Final = 2 * MAX_TOOL_BUTTONS
+"""Registry records of removed buttons kept per device and kind (tool, IR code), newest first.
+
+Home Assistant keeps a record of every removed entity (its entity id, name and area, restored if
+it comes back) for 30 days once orphaned, and for as long as the entry lives otherwise: a device
+that changes its tool names at every connection would grow ``core.entity_registry`` without end.
+"""
+
 MANUFACTURER: Final = "Xiaozhi"
 
 
