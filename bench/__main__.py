@@ -10,6 +10,8 @@
 
 ``media [N]``: N devices (20) play a radio stream at once among idle ones (``--devices``, 1000) (``bench/media.py``).
 
+``flood [N]``: N half-open MQTT connections (10,000) from 256 sources while devices reconnect (``bench/flood.py``).
+
 ``fuzz``: hostile frames through the protocol layer (see ``bench/fuzz.py``).
 
 ``audio``: the voice audio path.
@@ -39,6 +41,7 @@ from custom_components.xiaozhi_local.protocol.audio import OpusDecoder, OpusEnco
 
 from .crash import crash
 from .firmware import firmware_load
+from .flood import flood_run
 from .fuzz import fuzz_report, run_fuzz
 from .load import load, pct
 from .media import media_load
@@ -199,7 +202,8 @@ async def audio(args: argparse.Namespace) -> str:
 HEADER = (
     "# Benchmarks\n\nFigures from one run of one command, so they can be compared next time. "
     "They are not part of the test run.\n\n"
-    "Reproduce: `script/bench` (all of them), or `script/bench audio|fuzz|load|mqtt|talkers|crash`.\n"
+    "Reproduce: `script/bench` (all of them), or "
+    "`script/bench audio|fuzz|load|mqtt|talkers|firmware|media|flood|crash`.\n"
 )
 
 
@@ -219,10 +223,14 @@ def write_sections(reports: list[str]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
-        "which", choices=["audio", "fuzz", "load", "mqtt", "talkers", "crash", "firmware", "media", "all"]
+        "which",
+        choices=["audio", "fuzz", "load", "mqtt", "talkers", "crash", "firmware", "media", "flood", "all"],
     )
     parser.add_argument(
-        "count", nargs="?", type=int, help="talkers/firmware: how many devices (default 100); media: how many play (20)"
+        "count",
+        nargs="?",
+        type=int,
+        help="talkers/firmware: how many devices (100); media: how many play (20); flood: connections (10,000)",
     )
     parser.add_argument("--trials", type=int, default=5, help="kill -9 trials for crash")
     parser.add_argument("--devices", type=int, default=1000, help="simulated devices for load")
@@ -275,6 +283,8 @@ def main() -> int:
                 )
             )
         )
+    if args.which in ("flood", "all"):
+        reports.append(asyncio.run(flood_run(connections=args.count or 10_000, devices=20, hold=60.0, port=args.port)))
     if args.which in ("crash", "all"):
         report, intact = asyncio.run(crash(args.trials, args.port, args.seed))
         failed = failed or not intact

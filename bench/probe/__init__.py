@@ -187,6 +187,7 @@ class ProbeView(HomeAssistantView):
             data["connected"] = sum(1 for d in devices if d.connection is not None)
             data["ready"] = sum(1 for d in devices if d.connection is not None and d.connection.settled.is_set())
             data["connections"] = len(hub.connections)
+            data["mqtt_pending"] = hub.mqtt.pending_count if hub.mqtt is not None else None
             registered = er.async_entries_for_config_entry(er.async_get(hass), entries[0].entry_id)
             data["entities"] = len(registered)
             data["available"] = sum(
