@@ -45,6 +45,7 @@ async def test_single_instance(hass: HomeAssistant, setup_integration: MockConfi
     result = await hass.config_entries.flow.async_init(DOMAIN, context={"source": SOURCE_USER})
     assert result["type"] is FlowResultType.ABORT
     assert result["reason"] == "single_instance_allowed"
+    assert result["description_placeholders"] == {"ota_url": ota_url(hass)}  # where devices are added instead
 
 
 async def test_ignored_device_does_not_block_the_hub(hass: HomeAssistant) -> None:

@@ -140,6 +140,8 @@ async def test_settings_made_offline_are_applied_on_connect(hass: HomeAssistant,
     )
     assert state_of(hass, "number:volume") == "25.0"  # the requested value is shown
     assert state_of(hass, "select:theme") == "dark"
+    for key in ("number:volume", "select:theme", "media_player:speaker"):  # and that it waits
+        assert hass.states.get(entity_id(hass, key)).attributes.get("waiting_for_device") is True  # type: ignore[union-attr]
     assert device.mcp.calls == [c for c in device.mcp.calls if c[0] != "self.audio_speaker.set_volume"]
     # Reconnect (a new conversation): the settings reach the device.
     again = await connected(hass, make_device)
@@ -149,6 +151,7 @@ async def test_settings_made_offline_are_applied_on_connect(hass: HomeAssistant,
     ]
     assert hub_device(hass).pending == {}
     assert state_of(hass, "number:volume") == "25.0"
+    assert "waiting_for_device" not in hass.states.get(entity_id(hass, "number:volume")).attributes  # type: ignore[union-attr]
     assert state_of(hass, "binary_sensor:connected") == "on"
 
 

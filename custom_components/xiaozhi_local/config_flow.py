@@ -82,7 +82,11 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
     async def async_step_user(self, user_input: dict[str, Any] | None = None) -> ConfigFlowResult:
         """Create the hub, showing the URL devices are set up with."""
         if self._async_current_entries(include_ignore=False):
-            return self.async_abort(reason="single_instance_allowed")
+            # HA's ``single_config_entry`` would hide this button, but also abort every discovery
+            # card of the domain once the hub exists: the "wants to join" cards need it off.
+            return self.async_abort(
+                reason="single_instance_allowed", description_placeholders={"ota_url": ota_url(self.hass)}
+            )
         if user_input is not None:
             return self.async_create_entry(title="Xiaozhi Local", data={})
         return self.async_show_form(step_id="user", description_placeholders={"ota_url": ota_url(self.hass)})

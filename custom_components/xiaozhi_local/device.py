@@ -494,6 +494,13 @@ class XiaozhiDevice:
         """A setting from an entity. Offline: kept and applied at the next connect."""
         if self.connection is None:
             self.pending[key] = {"tool": tool, "arguments": arguments, "value": value}
+            _LOGGER.info(
+                "%s is not connected: %s %s is kept and set when it connects%s",
+                self.name,
+                key,
+                value,
+                " (at its next conversation)" if self.told_transport == "websocket" else "",
+            )
             self._persist(USER_SAVE_DELAY)
             self._async_notify()
             return

@@ -13,6 +13,9 @@ from .device import XiaozhiDevice
 from .hub import XiaozhiConfigEntry
 from .tool_map import XiaozhiEntityDescription, XiaozhiValueDescription, reported
 
+WAITING_FOR_DEVICE = "waiting_for_device"
+"""State attribute of a setting made while the device was away (applied when it connects)."""
+
 type Candidates = Callable[[XiaozhiDevice], Iterable[tuple[str, Callable[[], Entity]]]]
 """For a device: (key, factory) of every entity that applies to it now."""
 
@@ -58,6 +61,11 @@ class XiaozhiValueEntity(XiaozhiEntity):
         """A setting made while the device was away, else what the device reported."""
         pending = self.device.pending.get(self.entity_description.key)
         return pending["value"] if pending is not None else self.reported_value
+
+    @property
+    def extra_state_attributes(self) -> dict[str, Any] | None:
+        """``waiting_for_device`` while the value shown is a setting the device has not received yet."""
+        return {WAITING_FOR_DEVICE: True} if self.entity_description.key in self.device.pending else None
 
 
 def applies(device: XiaozhiDevice, description: XiaozhiEntityDescription) -> bool:

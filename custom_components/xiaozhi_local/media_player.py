@@ -26,7 +26,7 @@ from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .device import VoiceHandler, XiaozhiDevice, translated_error
-from .entity import XiaozhiEntity, async_setup_device_entities
+from .entity import WAITING_FOR_DEVICE, XiaozhiEntity, async_setup_device_entities
 from .hub import XiaozhiConfigEntry
 from .tool_map import NUMBERS, reported
 
@@ -118,6 +118,11 @@ class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
         pending = self.device.pending.get(VOLUME.key)
         value = pending["value"] if pending is not None else reported(self.device.queries, VOLUME)
         return max(0.0, min(1.0, value / 100)) if isinstance(value, (int, float)) else None
+
+    @property
+    def extra_state_attributes(self) -> dict[str, Any] | None:
+        """``waiting_for_device`` while the volume shown has not reached the device yet."""
+        return {WAITING_FOR_DEVICE: True} if VOLUME.key in self.device.pending else None
 
     async def async_set_volume_level(self, volume: float) -> None:
         """The device's own volume tool (kept for the next connection while it is away)."""
