@@ -5,7 +5,13 @@ import struct
 import pytest
 
 from custom_components.xiaozhi_local.protocol.audio import OpusEncoder
-from custom_components.xiaozhi_local.protocol.udp import MAX_SEQUENCE_GAP, AudioChannel, UdpError
+from custom_components.xiaozhi_local.protocol.udp import (
+    HEADER_SIZE,
+    MAX_DATAGRAM,
+    MAX_SEQUENCE_GAP,
+    AudioChannel,
+    UdpError,
+)
 from xiaozhi_sim.mqtt import aes_ctr
 
 
@@ -34,3 +40,32 @@ def test_sequence_rules() -> None:
     with pytest.raises(UdpError) as foreign:
         channel.open(uplink(AudioChannel(), opus[2], MAX_SEQUENCE_GAP + 2))  # another session's header
     assert foreign.value.kind == "foreign"
+
+
+def test_every_refusal_names_its_reason() -> None:
+    """Each way a datagram is not the session's audio is refused, nothing moved, with its own kind."""
+    channel = AudioChannel()
+    opus = OpusEncoder(16000).encode(bytes(1920 * 4))
+    good = uplink(channel, opus[0], 1)
+    wrong_key = AudioChannel(nonce=channel.nonce)  # the right header (an observer sees it), not the key
+    twenty_ms = AudioChannel(key=channel.key, nonce=channel.nonce, frame_ms=20)  # a session of 20 ms frames
+    cases = {
+        "bad_size": [good[: HEADER_SIZE - 1], good[:-1], good + b"\0", bytes(MAX_DATAGRAM + 1)],
+        "not_audio": [
+            uplink(wrong_key, opus[0], 1),  # decrypts to noise
+            uplink(channel, b"\xff" * len(opus[0]), 1),  # a payload that is no Opus packet
+        ],
+    }
+    for kind, datagrams in cases.items():
+        for datagram in datagrams:
+            with pytest.raises(UdpError) as refused:
+                channel.open(datagram)
+            assert refused.value.kind == kind, (kind, datagram[:16].hex())
+    assert channel.remote_sequence == 0
+    with pytest.raises(UdpError) as other_frames:
+        twenty_ms.open(good)  # a 60 ms packet is not what this session's device sends
+    assert other_frames.value.kind == "not_audio"
+    assert channel.open(good) == opus[0]
+    with pytest.raises(UdpError) as too_large:
+        channel.seal(bytes(0x10000))
+    assert too_large.value.kind == "too_large"
