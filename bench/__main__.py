@@ -250,7 +250,9 @@ def main() -> int:
     failed = False
     if args.which in ("fuzz", "all"):
         result = asyncio.run(run_fuzz(args.frames, args.seed))
-        failed = any(bool(result[k]) for k in ("crashes", "bad_replies", "unstorable", "unsafe_tools_accepted"))
+        failed = any(
+            bool(result[k]) for k in ("crashes", "bad_replies", "unstorable", "unsafe_tools_accepted")
+        ) or bool(result["wire"]["crashes"])
         reports.append(fuzz_report(result, machine(), time.strftime("%Y-%m-%d")))
     many = {
         "devices": args.devices,

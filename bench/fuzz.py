@@ -7,22 +7,32 @@ with control characters) goes through a ``DeviceSession`` as a connection feeds 
 if anything but a clean refusal comes out, if anything handed on could not be stored by Home
 Assistant (its JSON is orjson: 64-bit integers, no NaN), or if a tool name with a control,
 format or direction character is accepted.
+
+The MQTT+UDP wire goes through the same: packets of the firmware and py-xiaozhi, mutated and cut at
+random points, through ``PacketDecoder`` and the parser of their type; datagrams of a session,
+mutated, through ``AudioChannel.open``. Only ``MqttError`` and ``UdpError`` may come out.
 """
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 import json
 import logging
+import random
+import struct
 import time
 from typing import Any
 
 from homeassistant.helpers.json import json_bytes
 
+from custom_components.xiaozhi_local.protocol import mqtt as codec
 from custom_components.xiaozhi_local.protocol.mcp import McpError, parse_tool, safe_name
 from custom_components.xiaozhi_local.protocol.messages import ClientHello, ControlMessage
 from custom_components.xiaozhi_local.protocol.register import Registration
 from custom_components.xiaozhi_local.protocol.session import DeviceSession, OnceLogger
+from custom_components.xiaozhi_local.protocol.udp import AudioChannel, UdpError
 from xiaozhi_sim.hostile import Hostile
+from xiaozhi_sim.mqtt import DISCONNECT, PINGREQ, aes_ctr, mqtt_connect, mqtt_publish, mqtt_subscribe
 
 
 class _Handler:
@@ -118,6 +128,104 @@ async def run_fuzz(frames: int, seed: int) -> dict[str, Any]:
         "unstorable": handler.unstorable,
         "tools_seen": tools_seen,
         "unsafe_tools_accepted": unsafe_accepted,
+        "wire": run_wire_fuzz(frames, seed),
+    }
+
+
+def _mutate(rng: random.Random, data: bytes) -> bytes:
+    """One hostile variant of ``data``: bytes flipped, cut, repeated, lengths that lie, or noise."""
+    out = bytearray(data)
+    match rng.randrange(6):
+        case 0:
+            for _ in range(rng.randint(1, 4)):
+                if out:
+                    out[rng.randrange(len(out))] ^= 1 << rng.randrange(8)
+        case 1:
+            del out[rng.randrange(len(out) + 1) :]
+        case 2:
+            out += out[: rng.randrange(len(out) + 1)]
+        case 3:
+            if len(out) > 1:  # the length field or the first string's length lies
+                out[1 if rng.random() < 0.5 else min(len(out) - 1, 3)] = rng.randrange(256)
+        case 4:
+            out = bytearray(rng.randbytes(rng.randrange(1, 64)))
+        case _:
+            out[:1] = bytes([rng.randrange(256)])
+    return bytes(out)
+
+
+def _parse(packet: codec.Packet) -> None:
+    """What the MQTT endpoint does with a packet of each type."""
+    match packet.type:
+        case codec.PacketType.CONNECT:
+            codec.parse_connect(packet.body)
+        case codec.PacketType.PUBLISH:
+            codec.parse_publish(packet)
+        case codec.PacketType.SUBSCRIBE:
+            codec.parse_subscribe(packet.body)
+        case codec.PacketType.UNSUBSCRIBE | codec.PacketType.PUBACK:
+            codec.parse_packet_id(packet.body)
+
+
+def run_wire_fuzz(count: int, seed: int) -> dict[str, Any]:
+    """``count`` hostile MQTT byte streams and as many UDP datagrams; what came out of each."""
+    rng = random.Random(seed)
+    valid = [
+        mqtt_connect("GID_test@@@cc_ba_97_04_92_94@@@uuid", "cc:ba:97:04:92:94", "t" * 43, 240),
+        mqtt_publish("device-server", b'{"type":"hello","version":3,"transport":"udp"}'),
+        mqtt_subscribe(1, "devices/p2p/cc_ba_97_04_92_94", 1),
+        PINGREQ,
+        DISCONNECT,
+        codec.publish("devices/p2p/x", b"{}"),
+        codec.acknowledge(codec.PacketType.PUBACK, 7),
+        bytes([0xA2, 4, 0, 9, 0, 0]),  # UNSUBSCRIBE
+    ]
+    outcomes: Counter[str] = Counter()
+    crashes: Counter[str] = Counter()
+
+    def run(action: Callable[[], object], refused: type[Exception]) -> None:
+        try:
+            action()
+            outcomes["accepted"] += 1
+        except refused as err:
+            outcomes[f"refused {getattr(err, 'kind', type(err).__name__)}"] += 1
+        except Exception as err:  # noqa: BLE001 - this is what the run counts
+            crashes[type(err).__name__] += 1
+
+    started = time.perf_counter()
+    for _ in range(count):
+        stream = b"".join(
+            _mutate(rng, rng.choice(valid)) if rng.random() < 0.7 else rng.choice(valid) for _ in range(3)
+        )
+        cuts = sorted(rng.randrange(len(stream) + 1) for _ in range(rng.randrange(4)))
+
+        def feed(stream: bytes = stream, cuts: list[int] = cuts) -> None:
+            decoder = codec.PacketDecoder()
+            for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+                for packet in decoder.feed(stream[start:end]):
+                    _parse(packet)
+
+        run(feed, codec.MqttError)
+    mqtt_s = time.perf_counter() - started
+    mqtt_outcomes, outcomes = outcomes, Counter()
+    channel = AudioChannel()
+    payload = bytes([0x58]) + rng.randbytes(60)  # an Opus packet of one 60 ms frame (TOC config 11)
+    started = time.perf_counter()
+    for sequence in range(1, count + 1):
+        header = bytearray(channel.nonce)
+        struct.pack_into(">H", header, 2, len(payload))
+        struct.pack_into(">I", header, 12, sequence)
+        datagram = bytes(header) + aes_ctr(channel.key, bytes(header), payload)
+        hostile = _mutate(rng, datagram) if rng.random() < 0.9 else datagram
+        run(lambda hostile=hostile: channel.open(hostile), UdpError)  # type: ignore[misc]
+    udp_s = time.perf_counter() - started
+    return {
+        "count": count,
+        "mqtt": dict(mqtt_outcomes.most_common()),
+        "udp": dict(outcomes.most_common()),
+        "crashes": dict(crashes),
+        "mqtt_per_s": count / mqtt_s,
+        "udp_per_s": count / udp_s,
     }
 
 
@@ -142,8 +250,25 @@ def fuzz_report(result: dict[str, Any], machine: str, date: str) -> str:
             f"{result['tools_seen']:,} hostile tools | 0 |",
             f"| Refused cleanly, by kind (top 8) | {refused:,}: {kinds} | |",
             f"| Accepted and handed on | {handled} | |",
+            *wire_rows(result["wire"]),
         ]
     )
+
+
+def wire_rows(wire: dict[str, Any]) -> list[str]:
+    """The MQTT+UDP rows of the report."""
+
+    def top(outcomes: dict[str, int]) -> str:
+        return ", ".join(f"{kind} {count:,}" for kind, count in list(outcomes.items())[:6])
+
+    return [
+        f"| Hostile MQTT streams (3 packets each, mutated, cut at random points) through the decoder and "
+        f"parsers | {wire['count']:,}, {wire['mqtt_per_s']:,.0f}/s: {top(wire['mqtt'])} | |",
+        f"| Hostile UDP datagrams through the session's audio guard | {wire['count']:,}, "
+        f"{wire['udp_per_s']:,.0f}/s: {top(wire['udp'])} | |",
+        f"| Exceptions other than `MqttError` / `UdpError` | {sum(wire['crashes'].values())} "
+        f"{wire['crashes'] or ''} | 0 |",
+    ]
 
 
 if __name__ == "__main__":
