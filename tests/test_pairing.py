@@ -11,7 +11,6 @@ from custom_components.xiaozhi_local.pairing import (
     DeviceReport,
     Identity,
     PairingManager,
-    RateLimit,
     activation_message,
     new_token,
 )
@@ -181,15 +180,6 @@ def test_report_from_odd_requests() -> None:
 )
 def test_identity_proof(presented: Identity, recorded: Identity, proves: bool) -> None:
     assert presented.proves(recorded) is proves
-
-
-def test_rate_limit_slides(clock: Clock) -> None:
-    limit = RateLimit(3, 3600.0, clock=clock)
-    assert [limit.allow() for _ in range(4)] == [True, True, True, False]
-    clock.now += 3599
-    assert not limit.allow()
-    clock.now += 1
-    assert limit.allow()
 
 
 @pytest.mark.parametrize(

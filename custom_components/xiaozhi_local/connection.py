@@ -9,6 +9,7 @@ from homeassistant.core import HomeAssistant, callback
 
 from .const import FLOOD_LIMIT, FRAME_BURST, FRAME_RATE
 from .device import XiaozhiDevice
+from .limits import TokenBucket
 from .link import ClientInfo, DeviceLink
 from .protocol import session as proto_session
 from .protocol.audio import pack_frame, unpack_frame
@@ -41,8 +42,7 @@ class DeviceConnection(DeviceLink):
         self.transport = transport  # aborted when a close cannot complete (a peer that stops reading)
         super().__init__(hass, device, client, vision_url)
         self.heard = True  # anything received since the last liveness sweep
-        self._tokens = FRAME_BURST
-        self._refilled = 0.0
+        self._frames = TokenBucket(FRAME_RATE, FRAME_BURST)
 
     async def _async_send_text(self, text: str) -> None:
         await self.ws.send_str(text)
@@ -64,7 +64,7 @@ class DeviceConnection(DeviceLink):
                     await self._async_close_ws(4000, "no hello")
                     return
                 self.heard = True
-                if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY) and not self._within_rate(loop.time()):
+                if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY) and not self._frames.allow(loop.time()):
                     self.dropped_frames += 1
                     self.log.report("flood", f"sends faster than {FRAME_RATE:.0f} frames/s; dropping frames")
                     if self.dropped_frames >= FLOOD_LIMIT:
@@ -114,15 +114,6 @@ class DeviceConnection(DeviceLink):
                 self.transport.abort()
         except Exception as err:  # noqa: BLE001 - a socket already gone: nothing more to close
             _LOGGER.debug("Device %s: closing failed: %s", self.device.mac, err)
-
-    def _within_rate(self, now: float) -> bool:
-        """A token bucket: ``FRAME_RATE`` frames a second, bursts of ``FRAME_BURST``."""
-        self._tokens = min(FRAME_BURST, self._tokens + (now - self._refilled) * FRAME_RATE)
-        self._refilled = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
 
     @callback
     def async_check_alive(self, missed_allowed: int) -> None:

@@ -36,6 +36,7 @@ from .const import (
     NOTIFICATION_RATE,
     VISION_TOKEN_TTL,
 )
+from .limits import TokenBucket
 from .pairing import Identity
 from .protocol.firmware import BoardFacts
 from .protocol.mcp import (
@@ -179,8 +180,7 @@ class XiaozhiDevice:
         self.refused_tokens = 0  # connections refused in a row for a wrong token (a repair issue at 5)
         self.log = OnceLogger(self.mac, _LOGGER)  # each kind of problem is logged once per device
         self._persist = persist or (lambda _delay: None)
-        self._notification_allowance = NOTIFICATION_BURST
-        self._notification_refilled = 0.0
+        self._notifications = TokenBucket(NOTIFICATION_RATE, NOTIFICATION_BURST)
         self.dropped_notifications = 0
         self._listeners: list[Callable[[], None]] = []
         self._notification_listeners: list[NotificationListener] = []
@@ -321,11 +321,6 @@ class XiaozhiDevice:
         Events go to the recorder's database: a device that floods or sends large ones would fill
         it. The excess is dropped, counted (diagnostics) and logged once.
         """
-        now = self.hass.loop.time()
-        self._notification_allowance = min(
-            NOTIFICATION_BURST, self._notification_allowance + (now - self._notification_refilled) * NOTIFICATION_RATE
-        )
-        self._notification_refilled = now
         try:
             size = len(json_bytes(params))
         except TypeError, ValueError:
@@ -334,13 +329,12 @@ class XiaozhiDevice:
             self.dropped_notifications += 1
             self.log.report("notification_too_large", f"dropped notification {method[:64]!r}: params of {size} bytes")
             return False
-        if self._notification_allowance < 1:
+        if not self._notifications.allow(self.hass.loop.time()):
             self.dropped_notifications += 1
             self.log.report(
                 "notification_flood", f"sends more than {NOTIFICATION_RATE:g} notifications a second; dropping"
             )
             return False
-        self._notification_allowance -= 1
         return True
 
     @callback

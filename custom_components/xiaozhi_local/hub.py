@@ -46,9 +46,10 @@ from .const import (
 from .device import REPORT_SAVE_DELAY, XiaozhiDevice
 from .firmware_sources import CHECK_EVERY as FIRMWARE_CHECK_EVERY
 from .identities import IdentityJournal, token_hash
+from .limits import SlidingWindow
 from .link import DeviceLink
 from .notify import AnnouncementStore
-from .pairing import DeviceReport, Identity, PairingManager, PendingDevice, RateLimit, new_token
+from .pairing import DeviceReport, Identity, PairingManager, PendingDevice, new_token
 from .protocol.messages import normalize_mac
 from .repairs import async_mqtt_port, async_token_accepted, async_wrong_token
 from .updates import FirmwareUpdates
@@ -102,7 +103,7 @@ class XiaozhiHub:
         self._cache: dict[str, Any] = {}  # by MAC: what was loaded, then the last cache that could be saved
         self._save_due: float | None = None
         self.identities = IdentityJournal(hass, entry.entry_id)
-        self._auto_pairing = RateLimit(int(entry.options.get(CONF_NEW_PER_HOUR, DEFAULT_NEW_PER_HOUR)), 3600.0)
+        self._auto_pairing = SlidingWindow(int(entry.options.get(CONF_NEW_PER_HOUR, DEFAULT_NEW_PER_HOUR)), 3600.0)
         self._device_listeners: list[Callable[[XiaozhiDevice], None]] = []
         self._transport_listeners: list[Callable[[], None]] = []
         self._logged: dict[str, float] = {}

@@ -13,7 +13,6 @@ session. Anything else is refused, counted per address, and logged once.
 """
 
 import asyncio
-from collections import deque
 import contextlib
 from dataclasses import dataclass, field
 import ipaddress
@@ -27,6 +26,7 @@ from homeassistant.helpers.event import async_call_later
 from .const import MQTT_PUBLISH_TOPIC, mqtt_topic
 from .device import XiaozhiDevice
 from .hub import Refused, XiaozhiHub
+from .limits import SlidingWindow, Strikes
 from .link import ClientInfo, DeviceLink
 from .protocol import mqtt as codec
 from .protocol.messages import ClientHello, ControlMessage, normalize_mac, server_hello
@@ -73,12 +73,6 @@ MOVE_EVIDENCE: Final = 3
 that mapped it anew). One that merely decrypts to something Opus-like by chance must not move it."""
 UDP_DEADLINE: Final = 10.0
 """Seconds after ``listen start`` within which a device's first audio datagram must arrive."""
-
-
-@dataclass
-class _Failures:
-    count: int
-    first: float
 
 
 @dataclass
@@ -424,8 +418,8 @@ class MqttEndpoint:
         # Connected, no valid CONNECT yet: by source, and all of them, oldest first (dicts keep order).
         self._pending: dict[str, dict[asyncio.StreamWriter, None]] = {}
         self._pending_since: dict[asyncio.StreamWriter, tuple[float, str]] = {}
-        self._failures: dict[str, _Failures] = {}
-        self._recent_guesses: deque[float] = deque(maxlen=4 * MAX_UNAUTHENTICATED)  # wrong ones, when
+        self._failures = Strikes(LOCKOUT, 1024, clock=hass.loop.time)  # wrong credentials by address
+        self._recent_guesses = SlidingWindow(4 * MAX_UNAUTHENTICATED, 60.0, clock=hass.loop.time)  # from anywhere
         self.log = OnceLogger("mqtt", _LOGGER)
         self.refused = 0
         self.udp_blocked = False  # the repair is up
@@ -516,14 +510,8 @@ class MqttEndpoint:
         ``FREE_GUESSES`` in the last minute; then slower and slower. Guessing from many addresses
         is slowed as much as from one: the wait grows with every wrong guess, wherever it came from.
         """
-        now = self.hass.loop.time()
-        failures = self._failures.get(address)
-        if failures is None or now - failures.first > LOCKOUT:
-            if len(self._failures) >= 1024:  # bounded: forget the oldest
-                del self._failures[min(self._failures, key=lambda key: self._failures[key].first)]
-            failures = self._failures[address] = _Failures(0, now)
-        failures.count += 1
-        if failures.count == FAILED_LOGINS:
+        failures = self._failures.add(address)
+        if failures == FAILED_LOGINS:
             _LOGGER.warning(
                 "MQTT: %s gave wrong device credentials %d times; its further wrong ones are answered "
                 "slowly for %d minutes (right ones are not)",
@@ -531,11 +519,7 @@ class MqttEndpoint:
                 FAILED_LOGINS,
                 int(LOCKOUT // 60),
             )
-        guesses = self._recent_guesses
-        guesses.append(now)
-        while guesses and now - guesses[0] > 60:
-            guesses.popleft()
-        over = max(0, len(guesses) - FREE_GUESSES) + max(0, failures.count - FAILED_LOGINS) * 4
+        over = max(0, self._recent_guesses.count() - FREE_GUESSES) + max(0, failures - FAILED_LOGINS) * 4
         return min(MAX_GUESS_DELAY, GUESS_DELAY * over) if over else 0.0
 
     @property

@@ -12,7 +12,7 @@ address only pushes out its own), each code lives ``CODE_TTL`` seconds, and ``MA
 wrong tries for a MAC lock its codes for ``LOCKOUT`` seconds.
 """
 
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -300,26 +300,6 @@ class PairingManager:
         while (code := f"{secrets.randbelow(10**CODE_DIGITS):0{CODE_DIGITS}d}") in in_use:
             pass
         return code
-
-
-@dataclass
-class RateLimit:
-    """At most ``limit`` events in any ``window`` seconds (a sliding window)."""
-
-    limit: int
-    window: float
-    clock: Callable[[], float] = time.monotonic
-    _times: deque[float] = field(default_factory=deque)
-
-    def allow(self) -> bool:
-        """Count one event now, unless the window is full (then False, and nothing is counted)."""
-        now = self.clock()
-        while self._times and self._times[0] <= now - self.window:
-            self._times.popleft()
-        if len(self._times) >= self.limit:
-            return False
-        self._times.append(now)
-        return True
 
 
 def _digits(code: str) -> str:

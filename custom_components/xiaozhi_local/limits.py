@@ -1,0 +1,95 @@
+"""Rate limits: the three shapes the integration bounds things with, in one place.
+
+- ``TokenBucket``: a steady rate with bursts (frames a connection may send, notifications a
+  device may turn into events).
+- ``SlidingWindow``: at most so many events in any window (devices paired without a code an
+  hour, wrong MQTT credentials a minute from anywhere).
+- ``Strikes``: events per key within a period that starts at the key's first one, for a bounded
+  number of keys (wrong MQTT credentials per address).
+
+Plain Python: the caller passes the time (or a clock), so tests need no real waiting.
+"""
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+import time
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """``rate`` events a second on average, ``burst`` at once; starts full."""
+
+    rate: float
+    burst: float
+    _tokens: float = field(init=False)
+    _refilled: float | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self._tokens = self.burst
+
+    def allow(self, now: float) -> bool:
+        """Take one event at ``now`` (seconds, any monotonic origin); False when the bucket is empty."""
+        if self._refilled is not None:
+            self._tokens = min(self.burst, self._tokens + max(0.0, now - self._refilled) * self.rate)
+        self._refilled = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+
+@dataclass
+class SlidingWindow:
+    """At most ``limit`` events in any ``window`` seconds."""
+
+    limit: int
+    window: float
+    clock: Callable[[], float] = time.monotonic
+    _times: deque[float] = field(default_factory=deque)
+
+    def _expire(self, now: float) -> None:
+        while self._times and self._times[0] <= now - self.window:
+            self._times.popleft()
+
+    def allow(self) -> bool:
+        """Count one event now, unless the window is full (then False, and nothing is counted)."""
+        now = self.clock()
+        self._expire(now)
+        if len(self._times) >= self.limit:
+            return False
+        self._times.append(now)
+        return True
+
+    def count(self) -> int:
+        """Count one event now whatever the limit (the oldest are forgotten past it); events in the window."""
+        now = self.clock()
+        self._expire(now)
+        self._times.append(now)
+        while len(self._times) > self.limit:
+            self._times.popleft()
+        return len(self._times)
+
+
+@dataclass
+class Strikes:
+    """Events per key, each key counted over ``period`` seconds from its first one; ``max_keys`` kept."""
+
+    period: float
+    max_keys: int = 1024
+    clock: Callable[[], float] = time.monotonic
+    _keys: dict[str, tuple[int, float]] = field(default_factory=dict)  # key: (count, first)
+
+    def add(self, key: str) -> int:
+        """One more for ``key``; its count in its current period."""
+        now = self.clock()
+        count, first = self._keys.get(key, (0, now))
+        if now - first > self.period:
+            count, first = 0, now
+        elif key not in self._keys and len(self._keys) >= self.max_keys:
+            del self._keys[min(self._keys, key=lambda k: self._keys[k][1])]  # the oldest goes
+        self._keys[key] = (count + 1, first)
+        return count + 1
+
+    def __len__(self) -> int:
+        return len(self._keys)
