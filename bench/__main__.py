@@ -16,7 +16,7 @@
 
 ``audio``: the voice audio path.
 
-Measures the code the integration runs (``protocol/audio.py``):
+Measures the code the integration runs (``protocol/opus.py``, ``protocol/pacing.py``):
 - Opus decode (uplink, 16 kHz 60 ms packets) and encode (downlink, 24 kHz) cost as real-time factors,
   and how many concurrent streams (decode + encode) one core sustains;
 - the delay from the first TTS bytes to the first Opus packet handed to the socket;
@@ -37,7 +37,8 @@ import sys
 import time
 import wave
 
-from custom_components.xiaozhi_local.protocol.audio import OpusDecoder, OpusEncoder, Pacer
+from custom_components.xiaozhi_local.protocol.opus import OpusDecoder, OpusEncoder
+from custom_components.xiaozhi_local.protocol.pacing import Pacer
 
 from .crash import crash
 from .firmware import firmware_load

@@ -26,10 +26,11 @@ from typing import Any
 from homeassistant.helpers.json import json_bytes
 
 from custom_components.xiaozhi_local.protocol import mqtt as codec
+from custom_components.xiaozhi_local.protocol.logs import OnceLogger
 from custom_components.xiaozhi_local.protocol.mcp import McpError, parse_tool, safe_name
 from custom_components.xiaozhi_local.protocol.messages import ClientHello, ControlMessage
 from custom_components.xiaozhi_local.protocol.register import Registration
-from custom_components.xiaozhi_local.protocol.session import DeviceSession, OnceLogger
+from custom_components.xiaozhi_local.protocol.session import DeviceSession
 from custom_components.xiaozhi_local.protocol.udp import AudioChannel, UdpError
 from xiaozhi_sim.hostile import Hostile
 from xiaozhi_sim.mqtt import DISCONNECT, PINGREQ, aes_ctr, mqtt_connect, mqtt_publish, mqtt_subscribe

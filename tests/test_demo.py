@@ -7,7 +7,7 @@ from types import ModuleType
 
 import pytest
 
-from custom_components.xiaozhi_local.protocol.audio import WavStream
+from custom_components.xiaozhi_local.protocol.wav import WavStream
 
 DEMO = Path(__file__).parent.parent / "config" / "xiaozhi_demo"
 

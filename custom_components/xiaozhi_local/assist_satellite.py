@@ -62,8 +62,9 @@ from .link import DeviceLink
 from .media import MediaUnreadable, audio_executor, tts_pcm
 from .notify import Announcement
 from .protocol import voice
-from .protocol.audio import AudioError, Decoded, ThreadedDecoder
 from .protocol.messages import ControlMessage
+from .protocol.opus import Decoded, ThreadedDecoder
+from .protocol.pcm import AudioError
 from .protocol.voice import VoiceError, is_wake_phrase, parse_listen
 from .repairs import async_pipeline_incomplete, async_pipeline_served
 

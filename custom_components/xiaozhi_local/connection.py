@@ -12,7 +12,7 @@ from .device import XiaozhiDevice
 from .limits import TokenBucket
 from .link import ClientInfo, DeviceLink
 from .protocol import session as proto_session
-from .protocol.audio import pack_frame, unpack_frame
+from .protocol.framing import pack_frame, unpack_frame
 from .protocol.messages import FrameError
 
 _LOGGER = logging.getLogger(__name__)

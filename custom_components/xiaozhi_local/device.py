@@ -39,6 +39,7 @@ from .const import (
 from .limits import TokenBucket
 from .pairing import Identity
 from .protocol.firmware import BoardFacts
+from .protocol.logs import OnceLogger
 from .protocol.mcp import (
     McpBusyError,
     McpConnectionError,
@@ -51,7 +52,6 @@ from .protocol.mcp import (
     parse_tool,
 )
 from .protocol.messages import loads
-from .protocol.session import OnceLogger
 from .tool_map import QUERY_TOOLS, canonical_tools
 
 if TYPE_CHECKING:

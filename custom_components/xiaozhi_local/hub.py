@@ -50,6 +50,7 @@ from .limits import SlidingWindow
 from .link import DeviceLink
 from .notify import AnnouncementStore
 from .pairing import DeviceReport, Identity, PairingManager, PendingDevice, new_token
+from .protocol.logs import OnceLogger
 from .protocol.messages import normalize_mac
 from .repairs import async_mqtt_port, async_token_accepted, async_wrong_token
 from .updates import FirmwareUpdates
@@ -106,7 +107,7 @@ class XiaozhiHub:
         self._auto_pairing = SlidingWindow(int(entry.options.get(CONF_NEW_PER_HOUR, DEFAULT_NEW_PER_HOUR)), 3600.0)
         self._device_listeners: list[Callable[[XiaozhiDevice], None]] = []
         self._transport_listeners: list[Callable[[], None]] = []
-        self._logged: dict[str, float] = {}
+        self._log = OnceLogger("", _LOGGER, again_after=3600.0, clock=hass.loop.time)  # hub-wide warnings
         self._sweeps = 0
 
     async def async_load(self) -> None:
@@ -498,11 +499,8 @@ class XiaozhiHub:
 
     @callback
     def log_once(self, kind: str, message: str, *args: Any) -> None:
-        """A hub-wide warning, logged once an hour at most per kind."""
-        now = self.hass.loop.time()
-        if self._logged.get(kind, -3600.0) + 3600.0 <= now:
-            self._logged[kind] = now
-            _LOGGER.warning(message, *args)
+        """A hub-wide warning, logged once an hour at most per kind (the repeats at debug)."""
+        self._log.report(kind, message % args if args else message)
 
     @callback
     def _async_schedule_abort(self, mac: str) -> None:

@@ -1,6 +1,6 @@
 """Audio for the device's speaker: HA's TTS streams and any media URL, as s16 mono PCM at the downlink rate.
 
-Opus, framing and pacing are the protocol package's (``protocol/audio.py``); this module only
+Opus, WAV and pacing are the protocol package's (``protocol/opus.py``, ``wav.py``, ``pacing.py``); this module only
 turns what Home Assistant has (a TTS stream, a media URL) into PCM for them.
 """
 
@@ -19,8 +19,9 @@ from homeassistant.helpers.network import NoURLAvailableError, get_url
 from homeassistant.util.hass_dict import HassKey
 
 from .const import DOMAIN
-from .protocol.audio import Resampler, WavStream
 from .protocol.messages import DOWNLINK_SAMPLE_RATE
+from .protocol.pcm import Resampler
+from .protocol.wav import WavStream
 
 OFF_LOOP_BYTES: Final = 8192
 """Pieces from this size on are resampled on the executor (about 0.2 s of audio), smaller ones inline."""

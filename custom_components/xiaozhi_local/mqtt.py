@@ -29,8 +29,8 @@ from .hub import Refused, XiaozhiHub
 from .limits import SlidingWindow, Strikes
 from .link import ClientInfo, DeviceLink
 from .protocol import mqtt as codec
+from .protocol.logs import OnceLogger
 from .protocol.messages import ClientHello, ControlMessage, normalize_mac, server_hello
-from .protocol.session import OnceLogger
 from .protocol.udp import AudioChannel, UdpError, ssrc_of
 from .repairs import async_udp_arrived, async_udp_blocked
 

@@ -22,8 +22,9 @@ from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 
 from .const import NOTIFY_PATH
 from .media import audio_executor
-from .protocol.audio import AudioError, OggOpusWriter
 from .protocol.messages import DOWNLINK_SAMPLE_RATE
+from .protocol.ogg import OggOpusWriter
+from .protocol.pcm import AudioError
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from homeassistant.exceptions import HomeAssistantError
 
 from .media import tts_pcm
 from .pairing import PendingDevice, activation_message
-from .protocol.audio import pack_frame
+from .protocol.framing import pack_frame
 from .protocol.messages import dumps, server_hello
 from .speaker import async_speak
 

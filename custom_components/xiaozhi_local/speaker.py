@@ -25,8 +25,11 @@ from .link import DeviceLink
 from .media import MediaUnreadable, audio_executor, ffmpeg_pcm, full_url, tts_pcm
 from .notify import Announcement, PcmSource
 from .protocol import voice
-from .protocol.audio import AudioError, OpusEncoder, Pacer, split_sentences
 from .protocol.messages import DOWNLINK_SAMPLE_RATE
+from .protocol.opus import OpusEncoder
+from .protocol.pacing import Pacer
+from .protocol.pcm import AudioError
+from .protocol.sentences import split_sentences
 from .protocol.voice import speech_seconds
 
 if TYPE_CHECKING:

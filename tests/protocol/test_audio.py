@@ -7,19 +7,13 @@ import struct
 
 import pytest
 
-from custom_components.xiaozhi_local.protocol.audio import (
-    AudioError,
-    OpusDecoder,
-    OpusEncoder,
-    Pacer,
-    Resampler,
-    ThreadedDecoder,
-    WavStream,
-    pack_frame,
-    split_sentences,
-    unpack_frame,
-)
+from custom_components.xiaozhi_local.protocol.framing import pack_frame, unpack_frame
 from custom_components.xiaozhi_local.protocol.messages import FrameError
+from custom_components.xiaozhi_local.protocol.opus import OpusDecoder, OpusEncoder, ThreadedDecoder
+from custom_components.xiaozhi_local.protocol.pacing import Pacer
+from custom_components.xiaozhi_local.protocol.pcm import AudioError, Resampler
+from custom_components.xiaozhi_local.protocol.sentences import split_sentences
+from custom_components.xiaozhi_local.protocol.wav import WavStream
 
 
 def tone(seconds: float, rate: int) -> bytes:
@@ -77,7 +71,7 @@ async def test_threaded_decoder_keeps_order_batches_and_reports_every_packet() -
 
 async def test_threaded_decoder_backlog_is_bounded() -> None:
     """A decoder thread that does not keep up (here: not running yet) holds at most its backlog."""
-    from custom_components.xiaozhi_local.protocol.audio import MAX_DECODE_BACKLOG
+    from custom_components.xiaozhi_local.protocol.opus import MAX_DECODE_BACKLOG
 
     delivered: list[int] = []
     decoder = ThreadedDecoder(lambda results: delivered.append(len(results)))

@@ -11,12 +11,14 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from custom_components.xiaozhi_local.protocol.audio import AudioError, WavStream, unpack_frame
+from custom_components.xiaozhi_local.protocol.framing import unpack_frame
 from custom_components.xiaozhi_local.protocol.mcp import McpClient, McpError, parse_tool, parse_tool_result
 from custom_components.xiaozhi_local.protocol.messages import ControlMessage, FrameError, parse_client_frame
+from custom_components.xiaozhi_local.protocol.pcm import AudioError
 from custom_components.xiaozhi_local.protocol.register import RegistrationError, parse_registration
 from custom_components.xiaozhi_local.protocol.schema import validate
 from custom_components.xiaozhi_local.protocol.session import DeviceSession
+from custom_components.xiaozhi_local.protocol.wav import WavStream
 from xiaozhi_sim.hostile import KEYS, VALID_FRAMES, WORDS
 
 FUZZ = settings(

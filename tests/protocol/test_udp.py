@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from custom_components.xiaozhi_local.protocol.audio import OpusEncoder
+from custom_components.xiaozhi_local.protocol.opus import OpusEncoder
 from custom_components.xiaozhi_local.protocol.udp import (
     HEADER_SIZE,
     MAX_DATAGRAM,

@@ -3,10 +3,13 @@
 Parsing and validating every inbound frame, building outbound ones, and the MCP client that
 talks to a device's tools. The Home Assistant side plugs in through small callbacks.
 
-Modules: ``messages`` (frames, hello, listen/abort), ``session`` (one device's session),
+Modules: ``messages`` (frames, hello, listen/abort), ``session`` (one device's session), ``logs``
+(each kind of problem warned about once),
 ``mcp`` (the MCP client), ``register`` (the ``mcp/registerTools`` dialect), ``schema`` (tool
-schemas), ``voice`` (what the device is told during a conversation), ``audio`` (Opus, Ogg,
-WAV, pacing), ``mqtt`` (the MQTT codec), ``udp`` (the encrypted audio channel), ``firmware``
+schemas), ``voice`` (what the device is told during a conversation), ``framing`` (binary
+audio frames), ``opus`` (Opus packets), ``pcm`` (PCM, resampling), ``ogg`` (Ogg Opus), ``wav``
+(WAV streams), ``pacing`` (real-time sending), ``sentences`` (text shown while speaking),
+``mqtt`` (the MQTT codec), ``udp`` (the encrypted audio channel), ``firmware``
 (ESP app images and versions).
 """
 
@@ -14,14 +17,21 @@ __version__ = "0.1.0"
 """The integration's version (``manifest.json``): the protocol package ships with it."""
 
 __all__ = [
-    "audio",
     "firmware",
+    "framing",
+    "logs",
     "mcp",
     "messages",
     "mqtt",
+    "ogg",
+    "opus",
+    "pacing",
+    "pcm",
     "register",
     "schema",
+    "sentences",
     "session",
     "udp",
     "voice",
+    "wav",
 ]

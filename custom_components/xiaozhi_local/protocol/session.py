@@ -9,11 +9,12 @@ answer the way they speak), MCP sent before the hello (kept and handled after it
 ``mcp/registerTools`` instead of a hello.
 """
 
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Awaitable, Callable
 import logging
 from typing import Any, Final, Protocol
 
+from .logs import OnceLogger
 from .mcp import McpClient, McpError
 from .messages import (
     DOWNLINK_SAMPLE_RATE,
@@ -52,21 +53,6 @@ MAX_EARLY_MCP: Final = 32
 """JSON-RPC messages kept from before the hello (clients that answer MCP before the server hello)."""
 
 _LOGGER = logging.getLogger(__name__)
-
-
-class OnceLogger:
-    """Warn about each kind of problem once per device; later ones go to debug. Counts them all."""
-
-    def __init__(self, device_id: str, logger: logging.Logger = _LOGGER) -> None:
-        self.device_id = device_id
-        self.logger = logger
-        self.counts: Counter[str] = Counter()
-
-    def report(self, kind: str, message: str) -> None:
-        """Log a problem of ``kind`` for this device."""
-        self.counts[kind] += 1
-        level = logging.WARNING if self.counts[kind] == 1 else logging.DEBUG
-        self.logger.log(level, "Device %s: %s (%s)", self.device_id, message, kind)
 
 
 class SessionHandler(Protocol):
