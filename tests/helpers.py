@@ -7,6 +7,17 @@ from typing import Any
 from homeassistant.core import Event, HomeAssistant, State, callback
 from homeassistant.helpers.event import async_track_state_change_event
 
+from custom_components.xiaozhi_local.const import DOMAIN
+from custom_components.xiaozhi_local.device import XiaozhiDevice
+
+from .conftest import MAC
+
+
+def hub_device(hass: HomeAssistant, mac: str = MAC) -> XiaozhiDevice:
+    """The paired device ``mac`` of the loaded hub."""
+    device: XiaozhiDevice = hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[mac]
+    return device
+
 
 class EventWaiter:
     """Collect bus events of one type and wait for the n-th."""

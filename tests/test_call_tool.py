@@ -13,10 +13,7 @@ from custom_components.xiaozhi_local.const import DOMAIN
 from xiaozhi_sim import SimulatedDevice, Tool
 
 from .conftest import MAC, MAC2, DeviceFactory, wait_settled
-
-
-def hub_device(hass: HomeAssistant, mac: str = MAC) -> Any:
-    return hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[mac]
+from .helpers import hub_device
 
 
 async def call(
@@ -137,7 +134,9 @@ async def test_timeout(hass: HomeAssistant, make_device: DeviceFactory) -> None:
         await call(hass, "self.test.hang", timeout=0.2)
     assert started.is_set()
     assert err.value.translation_key == "timeout"
-    assert hub_device(hass).connection.session.mcp.pending_count == 0
+    connection = hub_device(hass).connection
+    assert connection is not None
+    assert connection.session.mcp.pending_count == 0
 
 
 async def test_device_disconnects_mid_call(hass: HomeAssistant, make_device: DeviceFactory) -> None:

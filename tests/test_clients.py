@@ -22,16 +22,12 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.register_client import RegisterClientOptions, RegisterToolsClient
 
 from .conftest import MAC, TOKEN, DeviceFactory, wait_for, wait_settled, ws_url
-from .helpers import EventWaiter
+from .helpers import EventWaiter, hub_device
 from .voice import Voice, speech_pcm
 
 
 def tts_stop(message: dict[str, Any]) -> bool:
     return message.get("type") == "tts" and message.get("state") == "stop"
-
-
-def hub_device(hass: HomeAssistant, mac: str = MAC) -> Any:
-    return hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[mac]
 
 
 async def call(hass: HomeAssistant, tool: str, arguments: dict[str, Any] | None = None, **extra: Any) -> Any:
@@ -363,7 +359,9 @@ async def test_py_xiaozhi_voice_with_20ms_frames(
         assert 1.0 <= heard <= 3.5  # 20 ms packets decoded whole
         await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", timeout=30)
         assert len(device.speaker_pcm) > 0
-        assert hub_device(hass).connection.audio_frames > 3 * 50  # three times as many packets as 60 ms ones
+        connection = hub_device(hass).connection
+        assert connection is not None
+        assert connection.audio_frames > 3 * 50  # three times as many packets as 60 ms ones
     finally:
         await device.drop()
 
@@ -400,6 +398,7 @@ async def test_hellos_with_other_audio_params(
         assert reply.type is WSMsgType.TEXT
         assert json.loads(reply.data)["type"] == "hello"
         conn = await hub_device(hass).async_wait_ready(5)
+        assert conn.session.hello is not None
         assert conn.session.hello.audio_params.sample_rate == 48000
         assert conn.client.protocol_version == 1  # an unreadable version falls back to 1
 

@@ -22,15 +22,11 @@ from custom_components.xiaozhi_local.protocol import session as proto_session
 from xiaozhi_sim import DeviceCrashed, HelloTimeout, SimulatedDevice, SimulatorOptions
 
 from .conftest import MAC, MAC2, TOKEN, TOKEN2, DeviceFactory, device_subentry, wait_for, ws_url
-from .helpers import EventWaiter
+from .helpers import EventWaiter, hub_device
 
 
 def headers(mac: str = MAC, token: str = TOKEN, version: str = "1") -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", "Device-Id": mac, "Client-Id": "c1", "Protocol-Version": version}
-
-
-def hub_device(hass: HomeAssistant, mac: str = MAC) -> Any:
-    return hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[mac]
 
 
 async def test_firmware_hello_and_discovery(

@@ -16,11 +16,7 @@ from custom_components.xiaozhi_local.const import DOMAIN, EVENT_NOTIFICATION, PI
 from xiaozhi_sim import SimulatedDevice, ToolError
 
 from .conftest import CLIENT_ID2, MAC, MAC2, TOKEN2, DeviceFactory, wait_for, wait_settled
-from .helpers import EventWaiter
-
-
-def hub_device(hass: HomeAssistant, mac: str = MAC) -> Any:
-    return hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[mac]
+from .helpers import EventWaiter, hub_device
 
 
 def device_entities(hass: HomeAssistant, mac: str = MAC) -> list[er.RegistryEntry]:

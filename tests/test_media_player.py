@@ -22,12 +22,13 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 from pytest_homeassistant_custom_component.typing import WebSocketGenerator
 
+from bench.probe.engines import mp3_of, tone_wav, wav_of
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_in_conversation, mqtt_online, wait_settled, ws_url
 from .helpers import wait_entity
-from .voice import Voice, mp3_of, speech_pcm, tone_wav, wav_of
+from .voice import Voice, speech_pcm
 
 PLAYER = "media_player.kitchen_speaker"
 SONG_SECONDS = 2.0

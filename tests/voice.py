@@ -7,10 +7,7 @@ The TTS answers a WAV tone whose length follows the text; HA converts it with re
 
 from array import array
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable
-import io
-import math
 from pathlib import Path
-import subprocess
 from typing import Any, Literal
 import wave
 
@@ -29,6 +26,8 @@ from pytest_homeassistant_custom_component.common import (
     mock_integration,
     mock_platform,
 )
+
+from bench.probe.engines import PcmSpeechToText, mp3_of, tone_wav
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TEST_DOMAIN = "voicetest"
@@ -50,30 +49,12 @@ def loud_seconds(pcm: bytes, rate: int = 16000) -> float:
     return loud / 100
 
 
-def wav_of(samples: array[int], rate: int) -> bytes:
-    """s16 mono samples as a WAV file."""
-    out = io.BytesIO()
-    with wave.open(out, "wb") as wav:
-        wav.setnchannels(1)
-        wav.setsampwidth(2)
-        wav.setframerate(rate)
-        wav.writeframes(samples.tobytes())
-    return out.getvalue()
-
-
-def tone_wav(seconds: float, rate: int = 22050) -> bytes:
-    """A 440 Hz tone as WAV (speech-like enough for Opus, easy to measure)."""
-    return wav_of(
-        array("h", (int(9000 * math.sin(2 * math.pi * 440 * i / rate)) for i in range(int(seconds * rate)))), rate
-    )
-
-
 def speech_seconds(text: str) -> float:
     """How long the test TTS speaks a text."""
     return round(0.5 + 0.05 * len(text), 2)
 
 
-class TestSTT(stt.SpeechToTextEntity):
+class TestSTT(PcmSpeechToText):
     """Hears what it was given."""
 
     _attr_name = "Test STT"
@@ -82,30 +63,6 @@ class TestSTT(stt.SpeechToTextEntity):
     def __init__(self) -> None:
         self.received: list[bytes] = []
         self.text: str | None = None  # what it hears in any speech; None: "heard N seconds"
-
-    @property
-    def supported_languages(self) -> list[str]:
-        return ["en-US"]
-
-    @property
-    def supported_formats(self) -> list[stt.AudioFormats]:
-        return [stt.AudioFormats.WAV]
-
-    @property
-    def supported_codecs(self) -> list[stt.AudioCodecs]:
-        return [stt.AudioCodecs.PCM]
-
-    @property
-    def supported_bit_rates(self) -> list[stt.AudioBitRates]:
-        return [stt.AudioBitRates.BITRATE_16]
-
-    @property
-    def supported_sample_rates(self) -> list[stt.AudioSampleRates]:
-        return [stt.AudioSampleRates.SAMPLERATE_16000]
-
-    @property
-    def supported_channels(self) -> list[stt.AudioChannels]:
-        return [stt.AudioChannels.CHANNEL_MONO]
 
     async def async_process_audio_stream(
         self, metadata: stt.SpeechMetadata, stream: AsyncIterable[bytes]
@@ -116,17 +73,6 @@ class TestSTT(stt.SpeechToTextEntity):
         if heard < 0.3:
             return stt.SpeechResult(None, stt.SpeechResultState.ERROR)
         return stt.SpeechResult(self.text or f"heard {heard:.1f} seconds", stt.SpeechResultState.SUCCESS)
-
-
-def mp3_of(wav_bytes: bytes) -> bytes:
-    """The same audio as MP3 (ffmpeg's libmp3lame), as cloud engines return it."""
-    done = subprocess.run(
-        ["ffmpeg", "-nostdin", "-loglevel", "error", "-f", "wav", "-i", "pipe:", "-f", "mp3", "pipe:"],
-        input=wav_bytes,
-        capture_output=True,
-        check=True,
-    )
-    return done.stdout
 
 
 class TestTTS(tts.TextToSpeechEntity):

@@ -7,21 +7,18 @@ was asked for speech. The STT numbers the turns; the agent's reply names the dev
 the TTS can tell whose speech it makes.
 """
 
-from array import array
 from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
-import io
-import math
 import os
 import re
-import subprocess
 import time
 from typing import Any, Literal
-import wave
 
 from homeassistant.components import conversation, stt, tts
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import device_registry as dr, intent
+
+from .engines import PcmSpeechToText, mp3_of, tone_wav
 
 REPLY_SECONDS = 2.0
 
@@ -47,18 +44,7 @@ class VoiceLog:
         return [vars(turn) for turn in self.turns]
 
 
-def _tone_wav(seconds: float, rate: int = 22050) -> bytes:
-    samples = array("h", (int(8000 * math.sin(2 * math.pi * 300 * i / rate)) for i in range(int(seconds * rate))))
-    out = io.BytesIO()
-    with wave.open(out, "wb") as wav:
-        wav.setnchannels(1)
-        wav.setsampwidth(2)
-        wav.setframerate(rate)
-        wav.writeframes(samples.tobytes())
-    return out.getvalue()
-
-
-class BenchSTT(stt.SpeechToTextEntity):
+class BenchSTT(PcmSpeechToText):
     """Reads the stream to its end and answers ``turn <n>``."""
 
     _attr_name = "Bench STT"
@@ -66,30 +52,6 @@ class BenchSTT(stt.SpeechToTextEntity):
 
     def __init__(self, log: VoiceLog) -> None:
         self.log = log
-
-    @property
-    def supported_languages(self) -> list[str]:
-        return ["en-US"]
-
-    @property
-    def supported_formats(self) -> list[stt.AudioFormats]:
-        return [stt.AudioFormats.WAV]
-
-    @property
-    def supported_codecs(self) -> list[stt.AudioCodecs]:
-        return [stt.AudioCodecs.PCM]
-
-    @property
-    def supported_bit_rates(self) -> list[stt.AudioBitRates]:
-        return [stt.AudioBitRates.BITRATE_16]
-
-    @property
-    def supported_sample_rates(self) -> list[stt.AudioSampleRates]:
-        return [stt.AudioSampleRates.SAMPLERATE_16000]
-
-    @property
-    def supported_channels(self) -> list[stt.AudioChannels]:
-        return [stt.AudioChannels.CHANNEL_MONO]
 
     async def async_process_audio_stream(
         self, metadata: stt.SpeechMetadata, stream: AsyncIterable[bytes]
@@ -99,17 +61,6 @@ class BenchSTT(stt.SpeechToTextEntity):
             size += len(chunk)
         self.log.turns.append(Turn(stt_end=time.monotonic(), audio_s=size / 2 / 16000))
         return stt.SpeechResult(f"turn {len(self.log.turns) - 1}", stt.SpeechResultState.SUCCESS)
-
-
-def _mp3(wav_bytes: bytes) -> bytes:
-    """The tone as MP3, as cloud engines return speech (encoded once, at start)."""
-    done = subprocess.run(
-        ["ffmpeg", "-nostdin", "-loglevel", "error", "-f", "wav", "-i", "pipe:", "-f", "mp3", "pipe:"],
-        input=wav_bytes,
-        capture_output=True,
-        check=True,
-    )
-    return done.stdout
 
 
 TTS_FORMAT = os.environ.get("BENCH_TTS", "wav")
@@ -126,8 +77,8 @@ class BenchTTS(tts.TextToSpeechEntity):
 
     def __init__(self, log: VoiceLog) -> None:
         self.log = log
-        wav_bytes = _tone_wav(REPLY_SECONDS)
-        self.audio = (TTS_FORMAT, _mp3(wav_bytes) if TTS_FORMAT == "mp3" else wav_bytes)
+        wav_bytes = tone_wav(REPLY_SECONDS)
+        self.audio = (TTS_FORMAT, mp3_of(wav_bytes) if TTS_FORMAT == "mp3" else wav_bytes)
 
     async def async_get_tts_audio(self, message: str, language: str, options: dict[str, Any]) -> tts.TtsAudioType:
         now = time.monotonic()

@@ -90,7 +90,7 @@ def parse_registration(params: Any, device_mac: str) -> Registration:
     mac_addr = params.get("mac_addr")
     if mac_addr is not None:
         if not isinstance(mac_addr, str) or (mac := normalize_mac(mac_addr)) is None:
-            raise RegistrationError(f"mac_addr {mac_addr!r} is not a MAC address")
+            raise RegistrationError(f"mac_addr {repr(mac_addr)[:64]} is not a MAC address")  # logged: bounded
         if mac != normalize_mac(device_mac):
             raise RegistrationError(f"mac_addr {mac_addr} is not the MAC this connection authenticated as")
     tools = params.get("tools")
