@@ -49,7 +49,7 @@ def test_every_key_and_placeholder_in_every_language(language: str) -> None:
 
 
 def test_translation_keys_used_in_code_exist() -> None:
-    code = "\n".join(p.read_text() for p in COMPONENT.glob("*.py"))
+    code = "\n".join(p.read_text() for p in sorted(COMPONENT.rglob("*.py")))  # satellite/ too
     used = set(re.findall(r'translation_domain=DOMAIN,\s*translation_key="(\w+)"', code))
     used |= set(re.findall(r'_error\(\s*"(\w+)"', code))
     assert used

@@ -1,0 +1,221 @@
+"""The listening turn: ``listen start`` starts a run at speech-to-text; Opus in, PCM to the pipeline.
+
+Each Opus packet is decoded to 16 kHz PCM on the codec thread and streamed in; HA's VAD (auto and
+realtime) or ``listen stop`` (manual) ends the turn. Silence ends the conversation; a microphone
+that stops sending ends the utterance.
+"""
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from functools import partial
+import logging
+from typing import Any
+
+from homeassistant.components.assist_pipeline.models import PipelineStage
+from homeassistant.core import callback
+from homeassistant.helpers.event import async_call_later
+
+from ..const import (
+    AUDIO_GAP_TIMEOUT,
+    CONF_SILENCE_TIMEOUT,
+    DEFAULT_SILENCE_TIMEOUT,
+)
+from ..link import DeviceLink
+from ..media import audio_executor
+from ..protocol.messages import ControlMessage
+from ..protocol.opus import Decoded, ThreadedDecoder
+from ..protocol.pcm import AudioError
+from ..protocol.voice import VoiceError, is_wake_phrase, parse_listen
+from .runs import (
+    EARLY_AUDIO_PACKETS,
+    EARLY_AUDIO_WINDOW,
+    MAX_QUEUED_CHUNKS,
+    PUSH_TO_TALK_SILENCE,
+    Run,
+    Turn,
+    missing_engines,
+)
+from .text import TextMixin
+
+_LOGGER = logging.getLogger(__package__)
+
+
+class ListeningMixin(TextMixin):
+    """What the device's microphone and its listen messages do."""
+
+    def _resolve_vad_sensitivity(self) -> float:
+        """Seconds of silence after which HA's VAD ends the utterance.
+
+        Push-to-talk ends at the release (``listen stop``), not at a pause: HA's VAD gets a
+        silence of seconds (``PUSH_TO_TALK_SILENCE``), which a client that never releases the
+        button but streams silence still reaches. Auto and realtime keep the device's "Finished
+        speaking detection". (HA builds the pipeline's audio settings itself and asks only this.)
+        """
+        run = self._events_for
+        if run is not None and run.turn is not None and run.turn.mode == "manual":
+            return PUSH_TO_TALK_SILENCE
+        return super()._resolve_vad_sensitivity()
+
+    def on_control(self, connection: DeviceLink, message: ControlMessage) -> None:
+        """``listen start|stop|detect`` and ``abort``."""
+        connection.touch()
+        if message.type == "abort":
+            self._abort(connection, message.data.get("reason"))
+            return
+        if message.type != "listen":
+            _LOGGER.debug("Device %s: ignored %s message", self.device.mac, message.type)
+            return
+        try:
+            listen = parse_listen(message.data)
+        except VoiceError as err:
+            connection.log.report(err.kind, str(err))
+            return
+        run = self._run
+        if listen.state == "start":
+            self._start_turn(connection, listen.mode)
+        elif listen.state == "stop":
+            if run is None or run.connection is not connection or run.turn is None:
+                connection.log.report("stop_without_start", "listen stop without a listen start")
+                return
+            turn = run.turn
+            assert turn.decoder is not None
+            turn.decoder.when_drained(turn.end_audio)  # the audio sent before the stop still counts
+        elif is_wake_phrase(listen.text):
+            self._wake_phrase = listen.text
+        else:
+            self._defer_detect(connection, listen.text)
+
+    def on_audio(self, connection: DeviceLink, packet: bytes) -> None:
+        """Uplink Opus → PCM for the running turn; a streaming client's next utterance starts the next."""
+        connection.touch()
+        run = self._run
+        if run is None and connection.listen_mode in ("auto", "realtime") and self.device.connection is connection:
+            # Clients that stream their microphone without pause (the browser page, xiaozhi-sdk in
+            # realtime mode, load testers) send listen start once: HA's VAD segments what follows.
+            self._start_turn(connection, connection.listen_mode)
+            run = self._run
+        turn = run.turn if run is not None and run.connection is connection else None
+        if turn is None or turn.ended:
+            if connection.transport_name == "websocket":  # in order with listen start: really outside
+                connection.log.report("audio_outside_turn", "dropped audio outside a listening turn")
+            else:  # UDP may overtake the listen start sent over MQTT: kept a moment for the turn
+                self._early_audio.append((connection, self.hass.loop.time(), packet))
+            return
+        self._feed(connection, turn, packet)
+
+    def _feed(self, connection: DeviceLink, turn: Turn, packet: bytes) -> None:
+        """Hand ``packet`` to the turn's decoder (a worker thread); ``_decoded`` gets its PCM."""
+        assert turn.decoder is not None
+        if not turn.decoder.feed(packet):
+            connection.log.report("audio_queue_full", "the decoder is not keeping up; dropped audio")
+
+    @callback
+    def _decoded(self, connection: DeviceLink, turn: Turn, results: list[Decoded]) -> None:
+        """Decoded uplink, in order: into the pipeline's queue unless the turn has ended meanwhile."""
+        good = False
+        for result in results:
+            if isinstance(result, AudioError):
+                connection.log.report("bad_opus", str(result))
+                continue
+            good = True
+            if not result or turn.ended:
+                continue
+            try:
+                turn.queue.put_nowait(result)
+            except asyncio.QueueFull:
+                connection.log.report("audio_queue_full", "the pipeline is not keeping up; dropped audio")
+        if good:
+            self._watch_gap(turn)
+
+    def _start_turn(self, connection: DeviceLink, mode: str) -> None:
+        if (custom_wake_word := self._cancel_deferred_detect()) is not None:
+            self._wake_phrase = custom_wake_word
+        connection.listen_mode = mode
+        turn = Turn(mode, asyncio.Queue(MAX_QUEUED_CHUNKS))
+        turn.decoder = ThreadedDecoder(partial(self._decoded, connection, turn), audio_executor(self.hass))
+        run = Run(connection, turn)
+        previous = self._begin(run)  # a new listen start ends what runs (barge-in, a new question)
+        wake_phrase, self._wake_phrase = self._wake_phrase, None
+        if mode != "manual":
+            # Counted from when the device started listening with nobody speaking since: turns that
+            # end without speech (HA's command limit, a no-text result) do not restart it.
+            timeout = self._config_entry().options.get(CONF_SILENCE_TIMEOUT, DEFAULT_SILENCE_TIMEOUT)
+            now = self.hass.loop.time()
+            if self._quiet_since is None or self._quiet_since[0] is not connection:
+                self._quiet_since = (connection, now)
+            remaining = max(0.0, float(timeout) - (now - self._quiet_since[1]))
+
+            @callback
+            def silence(_now: Any) -> None:
+                self._on_silence(run)
+
+            turn.cancel_silence = async_call_later(self.hass, remaining, silence)
+        run.task = self._config_entry().async_create_background_task(
+            self.hass, self._async_run_turn(run, wake_phrase, previous), f"xiaozhi_local turn {self.device.mac}"
+        )
+        early, self._early_audio = self._early_audio, deque(maxlen=EARLY_AUDIO_PACKETS)
+        recent = self.hass.loop.time() - EARLY_AUDIO_WINDOW
+        for source, at, packet in early:
+            if source is connection and at >= recent:
+                self._feed(connection, turn, packet)
+
+    async def _async_run_turn(self, run: Run, wake_phrase: str | None, previous: Run | None) -> None:
+        assert run.turn is not None
+        turn = run.turn
+        await self._async_after(previous)
+        if run.cancelled:
+            return
+        pipeline = self._pipeline()
+        if missing := missing_engines(pipeline):
+            # Say so once a microphone streams (a page that only sent listen start may type instead).
+            if await turn.queue.get() is not None and not run.cancelled:
+                self._cannot_serve(run, pipeline.name, missing)
+            return
+
+        async def pcm() -> AsyncIterator[bytes]:
+            while (chunk := await turn.queue.get()) is not None:
+                yield chunk
+
+        self._events_for = run
+        try:
+            await self.async_accept_pipeline_from_satellite(
+                pcm(), start_stage=PipelineStage.STT, wake_word_phrase=wake_phrase
+            )
+        except Exception:
+            _LOGGER.exception("Device %s: the voice pipeline failed", self.device.mac)
+        finally:
+            turn.end_audio()
+            if self._events_for is run:
+                self._events_for = None
+            if run.tts_task is None and not run.cancelled:
+                self._finished(run)  # ended before any answer (nothing to say, or an error)
+
+    @callback
+    def _on_silence(self, run: Run) -> None:
+        """Nobody spoke: end the conversation the only way stock firmware understands."""
+        turn = run.turn
+        if turn is None:
+            return
+        turn.cancel_silence = None
+        if self._run is run and not turn.heard_speech:
+            _LOGGER.debug("Device %s: no speech; ending the conversation", self.device.mac)
+            self._end_run(run)
+            self.hass.async_create_task(run.connection.async_end_conversation("no speech"))
+
+    @callback
+    def _watch_gap(self, turn: Turn) -> None:
+        """Auto and realtime: a microphone that stops sending ends the utterance after a while."""
+        if turn.mode == "manual" or turn.ended:
+            return
+        if turn.cancel_gap is not None:
+            turn.cancel_gap()
+
+        @callback
+        def gap(_now: Any) -> None:
+            turn.cancel_gap = None
+            if turn.heard_speech:
+                _LOGGER.debug("Device %s: its microphone stopped sending; ending the utterance", self.device.mac)
+                turn.end_audio()
+
+        turn.cancel_gap = async_call_later(self.hass, AUDIO_GAP_TIMEOUT, gap)

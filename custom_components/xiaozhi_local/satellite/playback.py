@@ -1,0 +1,271 @@
+"""What Home Assistant asks the device to say or play: announcements, questions, timers, media.
+
+On the open conversation channel as a run of its own; to an idle device by ``notify`` where its
+firmware plays it (2.5), else as an alert. Media asked for during a turn follows its reply.
+"""
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+import contextlib
+import logging
+from typing import Any
+
+from homeassistant.components.assist_satellite import (
+    AssistSatelliteAnnouncement,
+    AssistSatelliteAnswer,
+)
+from homeassistant.components.intent import TimerEventType, TimerInfo
+from homeassistant.core import callback
+from homeassistant.exceptions import HomeAssistantError
+
+from .. import speaker
+from ..device import translated_error
+from ..link import DeviceLink
+from ..media import MediaUnreadable
+from ..notify import Announcement
+from ..protocol import voice
+from .base import SatelliteBase
+from .runs import (
+    Run,
+)
+
+_LOGGER = logging.getLogger(__package__)
+
+
+class PlaybackMixin(SatelliteBase):
+    """Announcements, questions, timers and media."""
+
+    @callback
+    def _on_timer(self, event_type: TimerEventType, timer: TimerInfo) -> None:
+        """A timer of this device rang: it is spoken where the device can play it, else an ``alert``.
+
+        Started, changed and cancelled timers need nothing: the spoken answer said so.
+        """
+        if event_type != TimerEventType.FINISHED:
+            return
+        connection = self.device.connection
+        if connection is None:
+            _LOGGER.warning("Device %s is offline; its timer %s finished unheard", self.device.mac, timer.name or "")
+            return
+        ring = voice.timer_finished(timer.name, timer.created_seconds, timer.language)
+        self._config_entry().async_create_background_task(
+            self.hass, self._async_ring(connection, ring), f"xiaozhi_local timer {self.device.mac}"
+        )
+
+    async def _async_ring(self, connection: DeviceLink, ring: dict[str, Any]) -> None:
+        """Say it (in a conversation, or by ``notify`` on 2.5); the alert's sound where it cannot be said."""
+        if connection.audio_open or self.device.plays_notify:
+            try:
+                await self.async_internal_announce(message=ring["message"], preannounce=False)
+            except HomeAssistantError as err:  # no text-to-speech, say
+                _LOGGER.debug("Device %s: the timer could not be spoken (%s); showing it", self.device.mac, err)
+            else:
+                return
+        await connection.async_send_json(ring)
+
+    async def async_internal_announce(self, *args: Any, **kwargs: Any) -> None:
+        """Refuse before any speech is made when the device is away; the announcement replaces a turn."""
+        self._connection_or_raise()
+        self._supersede()
+        await super().async_internal_announce(*args, **kwargs)
+
+    async def async_internal_ask_question(self, *args: Any, **kwargs: Any) -> AssistSatelliteAnswer | None:
+        """Ask on the open channel: the device listens after the question, the answer is matched.
+
+        Home Assistant waits for the answer's speech-to-text without a limit; here the action
+        fails instead when the answer cannot come (nobody spoke, the question was dismissed, the
+        device went away). A device without a conversation channel cannot be made to listen
+        (the firmware opens it only itself): refused before anything is said.
+        """
+        connection = self._connection_or_raise()
+        if not connection.audio_open:
+            raise translated_error("question_no_channel", device=self.device.name)
+        self._supersede()
+        unanswered: asyncio.Future[None] = self.hass.loop.create_future()
+        self._unanswered = unanswered
+        asking = self.hass.async_create_task(
+            super().async_internal_ask_question(*args, **kwargs), f"xiaozhi_local question {self.device.mac}"
+        )
+        try:
+            waiting: set[asyncio.Future[Any]] = {asking, unanswered}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if not asking.done():
+                asking.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asking
+                raise translated_error("question_unanswered", device=self.device.name)
+            return asking.result()
+        except asyncio.CancelledError:
+            asking.cancel()
+            raise
+        finally:
+            if self._unanswered is unanswered:
+                self._unanswered = None
+
+    async def async_internal_start_conversation(self, *args: Any, **kwargs: Any) -> None:
+        """Refuse before any speech is made when the device is away; it replaces a running turn."""
+        self._connection_or_raise()
+        self._supersede()
+        await super().async_internal_start_conversation(*args, **kwargs)
+
+    async def async_announce(self, announcement: AssistSatelliteAnnouncement) -> None:
+        """Speak it now, blocking until it has been played. The device must be connected.
+
+        A device online without a conversation channel (idle over MQTT: only its own hello opens
+        one) fetches it from a short-lived URL if its firmware plays ``notify`` (2.5), and shows
+        the text with the firmware's alert sound otherwise.
+        """
+        connection = self._connection_or_raise()
+        sources = speaker.announcement_sources(self.hass, announcement)
+        if not connection.audio_open:
+            await speaker.async_speak_idle(
+                self._config_entry().runtime_data,
+                connection,
+                sources,
+                announcement.message or "",
+                alert=announcement.message or announcement.original_media_id,
+            )
+            return
+        run = Run(connection)
+        self._begin(run)
+        run.tts_text = announcement.message or None
+        self._send_ai(run, "chunk", announcement.message)
+        self._send_ai(run, "final", announcement.message)
+        # Its own task: a barge-in cancels the playback, never the caller (the action).
+        task = self._config_entry().async_create_background_task(
+            self.hass,
+            self._async_play(run, speaker.chained(sources), respond=False),
+            f"xiaozhi_local announce {self.device.mac}",
+        )
+        run.tts_task = task
+        try:
+            await asyncio.wait({task})  # returns when it is played (or interrupted)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            self._finished(run)
+
+    async def async_start_conversation(self, start_announcement: AssistSatelliteAnnouncement) -> None:
+        """Speak, then the device listens: in auto mode ``tts stop`` makes it open its microphone."""
+        await self.async_announce(start_announcement)
+
+    @property
+    def media_title(self) -> str | None:
+        """The title of the media playing now (through the channel, or by ``notify``); else None."""
+        run = self._run
+        if run is not None and run.media is not None and not run.cancelled:
+            return run.media
+        return self._idle_media[0] if self._idle_media is not None else None
+
+    async def async_play_media(self, url: str, title: str) -> None:
+        """Start playing ``url``; returns once it plays.
+
+        Through the open conversation channel on any firmware (framed like speech: a new turn or
+        an ``abort`` stops it); to an idle device by ``notify`` where its firmware plays it (2.5).
+        Otherwise, and for media ffmpeg cannot read, a translated error says why.
+        """
+        connection = self._connection_or_raise()
+        if not connection.audio_open and not self.device.plays_notify:
+            raise translated_error("media_no_channel", device=self.device.name)
+        self.async_stop_media()
+        try:
+            source = await speaker.async_open_media(self.hass, url)
+        except MediaUnreadable as err:
+            raise translated_error("media_unreadable", device=self.device.name, reason=str(err)) from None
+        if (run := self._run) is not None and run.connection is connection and self._answering(run):
+            # Asked for during a turn (most likely by its agent): it plays right after the reply.
+            # Cancelling the turn here would cancel the very agent call that asked for it.
+            self._play_after_reply(run, title, source)
+            return
+        if connection.audio_open:
+            self._supersede()
+            run = Run(connection, media=title)
+            self._begin(run)
+            run.tts_text = title
+            run.tts_task = self._config_entry().async_create_background_task(
+                self.hass, self._async_play_media(run, source), f"xiaozhi_local media {self.device.mac}"
+            )
+            self.device.async_link_changed()
+            return
+        waiting = await speaker.async_notify(self._config_entry().runtime_data, connection, [lambda: source], title)
+        if waiting is None:
+            await source.aclose()
+            raise translated_error("media_not_fetched", device=self.device.name)
+        task = self._config_entry().async_create_background_task(
+            self.hass, self._async_until_played(waiting), f"xiaozhi_local media {self.device.mac}"
+        )
+        self._idle_media = (title, task)
+        self.device.async_link_changed()
+
+    @staticmethod
+    def _answering(run: Run) -> bool:
+        """Whether ``run`` is a turn whose reply is still to come or under way (not media, not ended)."""
+        return (
+            not run.cancelled
+            and run.media is None
+            and run.task is not None
+            and not run.took_media
+            and not run.cannot_serve
+        )
+
+    @callback
+    def _play_after_reply(self, run: Run, title: str, source: AsyncGenerator[bytes]) -> None:
+        """Queue ``source`` after ``run``'s reply (replacing media queued before).
+
+        Closed (its ffmpeg ended) if the run ends without playing it: cancelled, or failed.
+        """
+        if run.then_media is not None:
+            self._close_later(run.then_media[1])
+        entry = (title, source)
+        run.then_media = entry
+
+        @callback
+        def check(_task: Any = None) -> None:
+            if run.then_media is not entry:
+                return  # played, or replaced
+            if all(task.done() for task in (run.task, run.tts_task) if task is not None):
+                run.then_media = None
+                self._close_later(source)
+
+        run.media_check = check
+        for task in (run.task, run.tts_task):
+            if task is not None:
+                task.add_done_callback(check)
+
+    def _close_later(self, source: AsyncGenerator[bytes]) -> None:
+        self._config_entry().async_create_background_task(
+            self.hass, source.aclose(), f"xiaozhi_local media close {self.device.mac}"
+        )
+
+    async def _async_play_media(self, run: Run, source: AsyncIterator[bytes]) -> None:
+        try:
+            await self._async_play(run, source, respond=False)
+        finally:
+            if self._run is run:
+                self._idle()
+
+    async def _async_until_played(self, waiting: Announcement) -> None:
+        try:
+            await speaker.async_until_played(waiting)
+        finally:
+            if self._idle_media is not None and self._idle_media[1] is asyncio.current_task():
+                self._idle_media = None
+                self.device.async_link_changed()
+
+    async def async_announce_media(self, url: str) -> None:
+        """A media player's announcement: the satellite's own (``assist_satellite.announce``)."""
+        await self.async_internal_announce(media_id=url, preannounce=False)
+
+    @callback
+    def async_stop_media(self) -> None:
+        """Stop the media that plays (the device goes back to what it did: listening, or idle)."""
+        run = self._run
+        if run is not None and run.media is not None:
+            run.cancel()
+            self._idle()
+        if self._idle_media is not None:
+            _title, task = self._idle_media
+            self._idle_media = None
+            task.cancel()
+            self.device.async_link_changed()
