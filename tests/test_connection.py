@@ -380,7 +380,7 @@ async def test_client_ping_is_answered(client: TestClient[Any, Any]) -> None:
 async def test_a_flood_is_cut_off_without_starving_others(
     hass: HomeAssistant, make_device: DeviceFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from custom_components.xiaozhi_local import connection
+    from custom_components.xiaozhi_local import websocket as connection
 
     # No refill: the outcome depends on frame counts, not on how fast this machine sends.
     monkeypatch.setattr(connection, "FRAME_RATE", 0.0)

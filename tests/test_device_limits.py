@@ -20,7 +20,7 @@ from homeassistant.util import dt as dt_util
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
-from custom_components.xiaozhi_local import connection as connection_module
+from custom_components.xiaozhi_local import websocket as websocket_module
 from custom_components.xiaozhi_local.const import (
     DOMAIN,
     EVENT_NOTIFICATION,
@@ -189,7 +189,7 @@ async def test_a_device_that_stops_reading_is_dropped_within_a_bounded_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Replies pile up unread; closing it still completes, and calls waiting on it end."""
-    monkeypatch.setattr(connection_module, "CLOSE_TIMEOUT", 0.3)
+    monkeypatch.setattr(websocket_module, "CLOSE_TIMEOUT", 0.3)
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

@@ -62,7 +62,7 @@ async def test_audio_flood_is_cut_off_without_starving_others(
     hass: HomeAssistant, make_device: DeviceFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A device that streams binary frames without end (far over 17 a second) is closed (1008)."""
-    from custom_components.xiaozhi_local import connection
+    from custom_components.xiaozhi_local import websocket as connection
 
     monkeypatch.setattr(connection, "FRAME_RATE", 0.0)  # frame counts decide, not this machine's speed
     monkeypatch.setattr(connection, "FRAME_BURST", 60.0)

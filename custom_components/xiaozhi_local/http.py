@@ -9,13 +9,13 @@ from homeassistant.components.http.ban import process_wrong_login
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView, request_handler_factory
 
-from .connection import CLOSE_TIMEOUT, ClientInfo, DeviceConnection
 from .const import MAX_CONNECTION_MESSAGE, WS_PATH
 from .device import XiaozhiDevice
 from .hub import Refused, async_get_hub
 from .pairing_session import async_run_pairing_session
 from .protocol.messages import PROTOCOL_VERSIONS, normalize_mac
 from .urls import vision_url
+from .websocket import CLOSE_TIMEOUT, ClientInfo, WebSocketLink
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class XiaozhiWebSocketView(HomeAssistantView):
             max_msg_size=MAX_CONNECTION_MESSAGE, autoping=False, compress=False, timeout=CLOSE_TIMEOUT
         )
         await ws.prepare(request)
-        connection = DeviceConnection(
+        connection = WebSocketLink(
             hass, device, ws, client, vision_url(hub.websocket_url()), transport=request.transport
         )
         await hub.async_run_connection(connection)

@@ -4,7 +4,7 @@ A link is one live session with one device. The device, its entities, its tools 
 voice satellite see only this narrow interface: ``async_send_json``, ``async_send_audio``,
 ``async_end_conversation``, ``async_close``, and whether audio can flow now. MCP discovery,
 the connect-time round (settings made while away, then status) and the routing of what the
-device says live here, once; the transports (``connection.py``, ``mqtt.py``) only move bytes.
+device says live here, once; the transports (``websocket.py``, ``mqtt.py``) only move bytes.
 """
 
 from abc import ABC, abstractmethod
@@ -23,6 +23,7 @@ from .protocol.mcp import McpConnectionError, McpError, McpRemoteError, ToolResu
 from .protocol.messages import ClientHello, ControlMessage
 from .protocol.register import Registration
 from .protocol.session import DeviceSession
+from .protocol.voice import VoiceError, parse_listen
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -45,7 +46,10 @@ class DeviceLink(ABC):
     """The runtime side of one session: wires a DeviceSession to a transport and to HA."""
 
     transport_name: str = ""
-    """``websocket`` or ``mqtt`` (diagnostics, logs)."""
+    """``websocket`` or ``mqtt`` (diagnostics, logs, the connection choice)."""
+    audio_in_order: bool = True
+    """Whether audio comes in order with the messages (WebSocket). Over MQTT+UDP a datagram may
+    overtake the ``listen start`` sent over MQTT: audio that arrives first may still be the turn's."""
 
     def __init__(
         self, hass: HomeAssistant, device: XiaozhiDevice, client: ClientInfo, vision_url: str | None = None
@@ -62,7 +66,7 @@ class DeviceLink(ABC):
         self.dropped_frames = 0
         self.missed_pings = 0
         self._discovery: asyncio.Task[None] | None = None
-        self.listen_mode: str | None = None  # of its last listen start (continuous clients stream on)
+        self._listen_mode: str | None = None  # of its last listen start
         self._cancel_idle: CALLBACK_TYPE | None = None
 
     # -- what a transport provides ------------------------------------------------------------
@@ -184,7 +188,7 @@ class DeviceLink(ABC):
             self.settled.set()
 
     def on_audio(self, data: bytes) -> None:
-        """A binary frame on a transport that carries audio in-band (see ``connection.py``)."""
+        """A binary frame on a transport that carries audio in-band (see ``websocket.py``)."""
         self.log.report("unexpected_binary", "dropped a binary frame this transport does not carry")
 
     async def _async_discover(self) -> None:
@@ -285,8 +289,30 @@ class DeviceLink(ABC):
         if method == "notifications/tools/list_changed" and self.discovered.is_set():
             self.hass.async_create_background_task(self._async_relist(), f"xiaozhi_local relist {self.device.mac}")
 
+    @property
+    def listen_mode(self) -> str | None:
+        """The mode of the client's last ``listen start`` (``auto``, ``manual``, ``realtime``), if any."""
+        return self._listen_mode
+
+    @property
+    def streams_microphone(self) -> bool:
+        """Whether the client keeps streaming its microphone after an utterance (auto, realtime).
+
+        The browser page, xiaozhi-sdk in realtime mode and load testers send ``listen start``
+        once; what follows is segmented by Home Assistant's VAD, turn after turn.
+        """
+        return self._listen_mode in ("auto", "realtime")
+
+    @property
+    def takes_ai_messages(self) -> bool:
+        """Whether the client reads the agent's reply as ``mcp/ai/message`` (``mcp/registerTools`` clients)."""
+        return self.session.registered
+
     def on_control(self, message: ControlMessage) -> None:
-        """``listen``/``abort``/…: for the device's voice satellite."""
+        """``listen``/``abort``/…: for the device's voice satellite (a ``listen start`` sets the mode)."""
+        if message.type == "listen" and message.data.get("state") == "start":
+            with contextlib.suppress(VoiceError):
+                self._listen_mode = parse_listen(message.data).mode
         if (voice := self.device.voice) is not None:
             voice.on_control(self, message)
         else:

@@ -101,6 +101,7 @@ class MqttLink(DeviceLink):
     """One device connected over MQTT, with its UDP audio channel while a conversation is open."""
 
     transport_name = "mqtt"
+    audio_in_order = False  # UDP beside MQTT
 
     def __init__(
         self,

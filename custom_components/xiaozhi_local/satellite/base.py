@@ -168,7 +168,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):
     def _send_ai(self, run: Run, kind: str, content: str) -> None:
         """``mcp/ai/message`` for registerTools clients (the connection ignores it for others)."""
         connection = run.connection
-        if connection.session.registered and content:
+        if connection.takes_ai_messages and content:
             self.hass.async_create_task(connection.async_send_ai_message(kind, content), eager_start=True)
 
     def _stream_reply(self, run: Run, delta: Any) -> None:

@@ -90,14 +90,14 @@ class ListeningMixin(TextMixin):
         """Uplink Opus → PCM for the running turn; a streaming client's next utterance starts the next."""
         connection.touch()
         run = self._run
-        if run is None and connection.listen_mode in ("auto", "realtime") and self.device.connection is connection:
+        if run is None and connection.streams_microphone and self.device.connection is connection:
             # Clients that stream their microphone without pause (the browser page, xiaozhi-sdk in
             # realtime mode, load testers) send listen start once: HA's VAD segments what follows.
-            self._start_turn(connection, connection.listen_mode)
+            self._start_turn(connection, connection.listen_mode or "auto")
             run = self._run
         turn = run.turn if run is not None and run.connection is connection else None
         if turn is None or turn.ended:
-            if connection.transport_name == "websocket":  # in order with listen start: really outside
+            if connection.audio_in_order:  # in order with listen start: really outside
                 connection.log.report("audio_outside_turn", "dropped audio outside a listening turn")
             else:  # UDP may overtake the listen start sent over MQTT: kept a moment for the turn
                 self._early_audio.append((connection, self.hass.loop.time(), packet))
@@ -131,7 +131,6 @@ class ListeningMixin(TextMixin):
     def _start_turn(self, connection: DeviceLink, mode: str) -> None:
         if (custom_wake_word := self._cancel_deferred_detect()) is not None:
             self._wake_phrase = custom_wake_word
-        connection.listen_mode = mode
         turn = Turn(mode, asyncio.Queue(MAX_QUEUED_CHUNKS))
         turn.decoder = ThreadedDecoder(partial(self._decoded, connection, turn), audio_executor(self.hass))
         run = Run(connection, turn)

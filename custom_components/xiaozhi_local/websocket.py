@@ -20,10 +20,10 @@ _LOGGER = logging.getLogger(__name__)
 CLOSE_TIMEOUT = 2.0
 """Seconds a close may take (the firmware never answers a Close frame; a stuck peer never reads it)."""
 
-__all__ = ["CLOSE_TIMEOUT", "ClientInfo", "DeviceConnection"]
+__all__ = ["CLOSE_TIMEOUT", "ClientInfo", "WebSocketLink"]
 
 
-class DeviceConnection(DeviceLink):
+class WebSocketLink(DeviceLink):
     """A device's WebSocket: the whole conversation (JSON and audio frames) on one socket."""
 
     transport_name = "websocket"
