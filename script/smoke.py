@@ -117,6 +117,19 @@ async def check_agent_tools(run: Run, mac: str) -> None:
         )
 
 
+def check_tokens_kept_once(storage: Path, seeded: list[str]) -> None:
+    """As HA left its files: the entry (seeded at version 1 with tokens) holds none; the journal all, 0600."""
+    entries = json.loads((storage / "core.config_entries").read_text())["data"]["entries"]
+    (hub,) = [entry for entry in entries if entry["domain"] == "xiaozhi_local"]
+    check(hub["version"] == 2, "the hub entry is migrated to version 2")
+    subentries = hub.get("subentries", [])
+    check(len(subentries) == 3 and not any("token" in sub["data"] for sub in subentries), "no token in the entry")
+    (journal,) = storage.glob("xiaozhi_local.*.identities")
+    check(journal.stat().st_mode & 0o077 == 0, "the token journal is private (0600)")
+    kept = {record.get("token") for record in json.loads(journal.read_text())["data"]["devices"].values()}
+    check(set(seeded) < kept, "the journal keeps every token, the new device's too")
+
+
 async def smoke(ha_python: str) -> list[str]:
     """The whole run; returns the log lines that fail it."""
     workdir = Path(tempfile.mkdtemp(prefix="xiaozhi-smoke-"))
@@ -171,6 +184,7 @@ async def smoke(ha_python: str) -> list[str]:
     finally:
         await asyncio.gather(*(d.drop() for d in (mqtt, websocket, new)), return_exceptions=True)
         await run.stop()
+    check_tokens_kept_once(workdir / "config" / ".storage", [token for _mac, token in pairs])
     log = (workdir / "ha.log").read_text(errors="replace")
     bad = [
         line
