@@ -123,6 +123,16 @@ def ws_url(client: TestClient[Any, Any]) -> str:
     return str(client.make_url(WS_PATH)).replace("http://", "ws://", 1)
 
 
+async def served_hub(
+    hass: HomeAssistant, entry: MockConfigEntry, client: TestClient[Any, Any], **options: Any
+) -> XiaozhiHub:
+    """The hub with these options, its device URLs pointing at the test server."""
+    hass.config_entries.async_update_entry(entry, options={"websocket_url": ws_url(client), **options})
+    await hass.async_block_till_done()
+    hub: XiaozhiHub = entry.runtime_data
+    return hub
+
+
 def ota_url(client: TestClient[Any, Any]) -> str:
     """The OTA URL on the test server (what a device's Wi-Fi portal is given)."""
     return str(client.make_url(OTA_PATH))

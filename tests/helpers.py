@@ -9,6 +9,7 @@ from homeassistant.helpers.event import async_track_state_change_event
 
 from custom_components.xiaozhi_local.const import DOMAIN
 from custom_components.xiaozhi_local.device import XiaozhiDevice
+from xiaozhi_sim.mqtt import read_packet, remaining_length
 
 from .conftest import MAC
 
@@ -66,3 +67,22 @@ async def wait_entity(
     finally:
         unsubscribe()
     return state
+
+
+async def next_answer(reader: asyncio.StreamReader, timeout: float = 5) -> bytes:
+    """The next MQTT packet from HA that is not a PUBLISH, whole (discovery's requests come meanwhile)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            kind, flags, body = await read_packet(reader)
+            if kind != 3:
+                return bytes([kind << 4 | flags]) + remaining_length(len(body)) + body
+
+
+async def announce(hass: HomeAssistant, message: str, entity_id: str = "assist_satellite.kitchen") -> None:
+    """``assist_satellite.announce`` without the pre-announcement sound; returns once it was played."""
+    await hass.services.async_call(
+        "assist_satellite",
+        "announce",
+        {"entity_id": entity_id, "message": message, "preannounce": False},
+        blocking=True,
+    )

@@ -22,7 +22,7 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.register_client import RegisterClientOptions, RegisterToolsClient
 
 from .conftest import MAC, TOKEN, DeviceFactory, wait_for, wait_settled, ws_url
-from .helpers import EventWaiter, hub_device
+from .helpers import EventWaiter, announce, hub_device
 from .voice import Voice, speech_pcm
 
 
@@ -268,12 +268,7 @@ async def test_ai_message_without_streaming_and_for_announcements(
         # An agent that does not stream: its reply is one chunk, then the final.
         assert sim.ai_messages == [("chunk", ready.agent.reply), ("final", ready.agent.reply)]
         sim.ai_messages.clear()
-        await hass.services.async_call(
-            "assist_satellite",
-            "announce",
-            {"entity_id": "assist_satellite.kitchen", "message": "Dinner is ready", "preannounce": False},
-            blocking=True,
-        )
+        await announce(hass, "Dinner is ready")
         assert sim.ai_messages == [("chunk", "Dinner is ready"), ("final", "Dinner is ready")]
     finally:
         await sim.drop()
@@ -311,12 +306,7 @@ async def test_stock_firmware_gets_no_ai_messages(
     await sim.connect()
     try:
         await wait_settled(hub_device(hass))
-        await hass.services.async_call(
-            "assist_satellite",
-            "announce",
-            {"entity_id": "assist_satellite.kitchen", "message": "Dinner is ready", "preannounce": False},
-            blocking=True,
-        )
+        await announce(hass, "Dinner is ready")
         assert not [p for p in sim.mcp_requests if p.get("method") == "mcp/ai/message"]
     finally:
         await sim.drop()

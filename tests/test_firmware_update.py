@@ -31,7 +31,7 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions, ToolError
 from xiaozhi_sim.firmware import build_image, flash_image
 from xiaozhi_sim.mqtt import MqttDevice
 
-from .conftest import CLIENT_ID, CLIENT_ID2, FAST, MAC, MAC2, ota_url, wait_for, wait_settled, ws_url
+from .conftest import CLIENT_ID, CLIENT_ID2, FAST, MAC, MAC2, ota_url, served_hub, wait_for, wait_settled, ws_url
 from .helpers import wait_entity
 from .voice import Voice, speech_pcm
 
@@ -61,10 +61,7 @@ async def hub(
     hass: HomeAssistant, firmware_dir: Path, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
 ) -> XiaozhiHub:
     """The hub, its device URLs on the test server."""
-    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
-    await hass.async_block_till_done()
-    hub: XiaozhiHub = setup_integration.runtime_data
-    return hub
+    return await served_hub(hass, setup_integration, client)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from bench.probe.engines import mp3_of, tone_wav, wav_of
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
-from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_in_conversation, mqtt_online, wait_settled, ws_url
+from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_in_conversation, mqtt_online, served_hub, wait_settled, ws_url
 from .helpers import wait_entity
 from .voice import Voice, speech_pcm
 
@@ -56,9 +56,7 @@ async def hub(
 ) -> XiaozhiHub:
     """Devices reach the test server; so does ffmpeg, through HA's internal URL."""
     await hass.config.async_update(internal_url=str(client.make_url("/")).rstrip("/"))
-    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
-    await hass.async_block_till_done()
-    hub: XiaozhiHub = setup_integration.runtime_data
+    hub = await served_hub(hass, setup_integration, client)
     hub.hass.data["ffmpeg_before_test"] = set(ffmpeg_children())  # HA's own version check, unreaped
     return hub
 

@@ -20,7 +20,8 @@ from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, MAX_UNAUTHENTICA
 from xiaozhi_sim import SimulatorOptions
 from xiaozhi_sim.mqtt import MqttDevice, MqttRefused, mqtt_connect, mqtt_publish
 
-from .conftest import CLIENT_ID, CLIENT_ID2, FAST, MAC, MAC2, TOKEN, ota_url, wait_for, wait_settled, ws_url
+from .conftest import CLIENT_ID, CLIENT_ID2, FAST, MAC, MAC2, TOKEN, ota_url, served_hub, wait_for, wait_settled, ws_url
+from .helpers import announce, next_answer
 from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
 
 type MqttFactory = Callable[..., Awaitable[MqttDevice]]
@@ -34,9 +35,7 @@ def listening(hub: XiaozhiHub) -> bool:
 @pytest.fixture
 async def hub(hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]) -> XiaozhiHub:
     """The hub, its URLs pointing at the test server (the MQTT endpoint is on by default)."""
-    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
-    await hass.async_block_till_done()
-    hub: XiaozhiHub = setup_integration.runtime_data
+    hub = await served_hub(hass, setup_integration, client)
     assert hub.mqtt is not None
     assert hub.mqtt.listening
     return hub
@@ -162,12 +161,7 @@ async def test_announce_while_idle_is_an_alert(
 ) -> None:
     device = await make_mqtt()
     await wait_settled(hub.devices[MAC])
-    await hass.services.async_call(
-        "assist_satellite",
-        "announce",
-        {"entity_id": "assist_satellite.kitchen", "message": "The laundry is done", "preannounce": False},
-        blocking=True,
-    )
+    await announce(hass, "The laundry is done")
     alert = await device.wait_message(lambda m: m.get("type") == "alert")
     assert alert["message"] == "The laundry is done"
     assert isinstance(alert["status"], str)
@@ -377,38 +371,20 @@ async def test_connect_flood_is_bounded(hub: XiaozhiHub, make_mqtt: MqttFactory)
     assert device.online.is_set()
 
 
-async def _next_answer(reader: asyncio.StreamReader) -> bytes:
-    """The next packet that is not a PUBLISH (discovery's MCP requests are published meanwhile)."""
-    async with asyncio.timeout(5):
-        while True:
-            first = await reader.readexactly(1)
-            remaining, shift, header = 0, 0, bytearray(first)
-            while True:
-                byte = (await reader.readexactly(1))[0]
-                header.append(byte)
-                remaining |= (byte & 0x7F) << shift
-                shift += 7
-                if not byte & 0x80:
-                    break
-            packet = bytes(header) + await reader.readexactly(remaining)
-            if first[0] >> 4 != 3:
-                return packet
-
-
 async def test_subscribe_and_qos1_are_answered(hub: XiaozhiHub) -> None:
     """py-xiaozhi's paho subscribes (QoS 1) and may publish with QoS 1: both get their answer."""
     reader, writer = await _raw(hub)
     writer.write(mqtt_connect("c", MAC, TOKEN, 60))
-    assert await _next_answer(reader) == bytes([0x20, 2, 0, 0])
+    assert await next_answer(reader) == bytes([0x20, 2, 0, 0])
     writer.write(bytes([0x82, 0x07, 0x00, 0x05, 0x00, 0x02]) + b"t/" + bytes([0x01]))
-    assert await _next_answer(reader) == bytes([0x90, 0x03, 0x00, 0x05, 0x01])
+    assert await next_answer(reader) == bytes([0x90, 0x03, 0x00, 0x05, 0x01])
     body = b"\x00\x01t\x00\x09" + b'{"type":"x"}'
     writer.write(bytes([0x32, len(body)]) + body)
-    assert await _next_answer(reader) == bytes([0x40, 0x02, 0x00, 0x09])
+    assert await next_answer(reader) == bytes([0x40, 0x02, 0x00, 0x09])
     writer.write(bytes([0xA2, 0x05, 0x00, 0x0A, 0x00, 0x01]) + b"t")  # UNSUBSCRIBE
-    assert await _next_answer(reader) == bytes([0xB0, 0x02, 0x00, 0x0A])
+    assert await next_answer(reader) == bytes([0xB0, 0x02, 0x00, 0x0A])
     writer.write(bytes([0xC0, 0x00]))  # PINGREQ
-    assert await _next_answer(reader) == bytes([0xD0, 0x00])
+    assert await next_answer(reader) == bytes([0xD0, 0x00])
     writer.write(bytes([0xE0, 0x00]))  # DISCONNECT
     await _closed(reader)
     writer.close()
@@ -419,8 +395,8 @@ async def test_packets_sent_with_the_connect_are_not_left_waiting(hub: XiaozhiHu
     at once, not only when the client sends something else."""
     reader, writer = await _raw(hub)
     writer.write(mqtt_connect("c", MAC, TOKEN, 60) + bytes([0xC0, 0x00]))  # CONNECT and PINGREQ together
-    assert await _next_answer(reader) == bytes([0x20, 2, 0, 0])
-    assert await _next_answer(reader) == bytes([0xD0, 0x00])
+    assert await next_answer(reader) == bytes([0x20, 2, 0, 0])
+    assert await next_answer(reader) == bytes([0xD0, 0x00])
     writer.close()
 
 
@@ -618,12 +594,7 @@ async def test_announce_while_idle_on_firmware_25_is_spoken(
     device = await make_mqtt(firmware_version="2.5.0")
     await wait_settled(hub.devices[MAC])
     assert hub.devices[MAC].plays_notify
-    await hass.services.async_call(
-        "assist_satellite",
-        "announce",
-        {"entity_id": "assist_satellite.kitchen", "message": "The laundry is done", "preannounce": False},
-        blocking=True,
-    )
+    await announce(hass, "The laundry is done")
     notify = next(m for m in device.log if m["type"] == "notify")
     assert notify["subtitles"] == [{"start_ms": 0, "text": "The laundry is done"}]
     assert notify["audio_url"].startswith("http://127.0.0.1:")
@@ -652,12 +623,7 @@ async def test_notify_not_fetched_falls_back_to_an_alert(
     device = await make_mqtt(firmware_version="2.5.0")
     await wait_settled(hub.devices[MAC])
     device.device_state = "listening"  # (busy: the firmware ignores notify)
-    await hass.services.async_call(
-        "assist_satellite",
-        "announce",
-        {"entity_id": "assist_satellite.kitchen", "message": "Back in five", "preannounce": False},
-        blocking=True,
-    )
+    await announce(hass, "Back in five")
     alert = await device.wait_message(lambda m: m.get("type") == "alert")
     assert alert["message"] == "Back in five"
     assert device.notify_status == []
@@ -675,7 +641,7 @@ async def test_a_device_that_stops_reading_is_dropped(hub: XiaozhiHub) -> None:
     await loop.sock_connect(sock, ("127.0.0.1", hub.mqtt.port))
     reader, writer = await asyncio.open_connection(sock=sock)
     writer.write(mqtt_connect("c", MAC, TOKEN, 60))
-    assert await _next_answer(reader) == bytes([0x20, 2, 0, 0])
+    assert await next_answer(reader) == bytes([0x20, 2, 0, 0])
     xdev = hub.devices[MAC]
     await wait_for(xdev, lambda d: d.connection is not None)
     link = xdev.connection

@@ -29,7 +29,8 @@ from custom_components.xiaozhi_local.mqtt import (
 )
 from xiaozhi_sim.mqtt import mqtt_connect
 
-from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_online, wait_for, ws_url
+from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_online, served_hub, wait_for
+from .helpers import next_answer
 
 CONNACK_ACCEPTED = bytes([0x20, 2, 0, 0])
 CONNACK_BAD_CREDENTIALS = bytes([0x20, 2, 0, 4])
@@ -37,9 +38,7 @@ CONNACK_BAD_CREDENTIALS = bytes([0x20, 2, 0, 4])
 
 @pytest.fixture
 async def hub(hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]) -> XiaozhiHub:
-    hass.config_entries.async_update_entry(setup_integration, options={"websocket_url": ws_url(client)})
-    await hass.async_block_till_done()
-    hub: XiaozhiHub = setup_integration.runtime_data
+    hub = await served_hub(hass, setup_integration, client)
     assert hub.mqtt is not None
     assert hub.mqtt.listening
     return hub
@@ -51,23 +50,6 @@ async def connect_from(
     """A TCP connection to the MQTT port from a given local address."""
     assert hub.mqtt is not None
     return await asyncio.open_connection("127.0.0.1", hub.mqtt.port, local_addr=(address, 0))
-
-
-async def next_packet(reader: asyncio.StreamReader) -> bytes:
-    """The next MQTT packet that is not a PUBLISH (discovery's requests come meanwhile)."""
-    while True:
-        first = await reader.readexactly(1)
-        header, remaining, shift = bytearray(first), 0, 0
-        while True:
-            byte = (await reader.readexactly(1))[0]
-            header.append(byte)
-            remaining |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        packet = bytes(header) + await reader.readexactly(remaining)
-        if first[0] >> 4 != 3:
-            return packet
 
 
 async def until(predicate: Callable[[], bool], timeout: float = 5) -> None:
@@ -121,18 +103,18 @@ async def test_right_credentials_are_never_refused_for_a_neighbours_guesses(hub:
     for _ in range(FAILED_LOGINS):
         reader, writer = await connect_from(hub)
         writer.write(mqtt_connect("guesser", MAC, "guess", 60))
-        assert await asyncio.wait_for(next_packet(reader), 5) == CONNACK_BAD_CREDENTIALS
+        assert await asyncio.wait_for(next_answer(reader), 5) == CONNACK_BAD_CREDENTIALS
         writer.close()
     slow_reader, slow_writer = await connect_from(hub)
     slow_writer.write(mqtt_connect("guesser", MAC, "guess", 60))
     await until(lambda: hub.devices[MAC].refused_tokens == FAILED_LOGINS + 1)
     reader, writer = await connect_from(hub)  # the device, from the same address
     writer.write(mqtt_connect(CLIENT_ID, MAC, TOKEN, 60))
-    assert await asyncio.wait_for(next_packet(reader), 5) == CONNACK_ACCEPTED
+    assert await asyncio.wait_for(next_answer(reader), 5) == CONNACK_ACCEPTED
     assert hub.mqtt is not None
     assert hub.mqtt.pending_count == 1  # not answered yet: it waits
     async_fire_time_changed(hub.hass, dt_util.utcnow() + timedelta(seconds=11))
-    assert await asyncio.wait_for(next_packet(slow_reader), 5) == CONNACK_BAD_CREDENTIALS
+    assert await asyncio.wait_for(next_answer(slow_reader), 5) == CONNACK_BAD_CREDENTIALS
     for w in (writer, slow_writer):
         w.close()
 
@@ -143,7 +125,7 @@ async def test_guesses_from_many_addresses_are_slowed_too(hub: XiaozhiHub) -> No
     for index in range(FREE_GUESSES):
         reader, writer = await connect_from(hub, f"127.0.3.{index}")
         writer.write(mqtt_connect("guesser", MAC, "guess", 60))
-        answers.append(await asyncio.wait_for(next_packet(reader), 5))
+        answers.append(await asyncio.wait_for(next_answer(reader), 5))
         writer.close()
     assert answers == [CONNACK_BAD_CREDENTIALS] * FREE_GUESSES
     reader, writer = await connect_from(hub, "127.0.3.200")
@@ -152,7 +134,7 @@ async def test_guesses_from_many_addresses_are_slowed_too(hub: XiaozhiHub) -> No
     assert hub.mqtt is not None
     assert hub.mqtt.pending_count == 1  # not answered yet: it waits
     async_fire_time_changed(hub.hass, dt_util.utcnow() + timedelta(seconds=11))
-    assert await asyncio.wait_for(next_packet(reader), 5) == CONNACK_BAD_CREDENTIALS
+    assert await asyncio.wait_for(next_answer(reader), 5) == CONNACK_BAD_CREDENTIALS
     writer.close()
 
 
@@ -160,7 +142,7 @@ async def test_a_link_without_keepalive_still_ends_when_silent(hass: HomeAssista
     """Keepalive 0 asks for no deadline; a silent link still ends after the longest one honoured."""
     reader, writer = await connect_from(hub)
     writer.write(mqtt_connect(CLIENT_ID, MAC, TOKEN, 0))
-    assert await asyncio.wait_for(next_packet(reader), 5) == CONNACK_ACCEPTED
+    assert await asyncio.wait_for(next_answer(reader), 5) == CONNACK_ACCEPTED
     await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=MAX_KEEPALIVE * 1.5 + 1))
     await wait_for(hub.devices[MAC], lambda d: d.connection is None)
@@ -178,7 +160,7 @@ async def test_a_device_that_pings_but_never_reads_is_closed(hass: HomeAssistant
     await loop.sock_connect(sock, ("127.0.0.1", hub.mqtt.port))
     reader, writer = await asyncio.open_connection(sock=sock)
     writer.write(mqtt_connect(CLIENT_ID, MAC, TOKEN, 60))
-    assert await asyncio.wait_for(next_packet(reader), 5) == CONNACK_ACCEPTED
+    assert await asyncio.wait_for(next_answer(reader), 5) == CONNACK_ACCEPTED
     xdev = hub.devices[MAC]
     await wait_for(xdev, lambda d: d.connection is not None)
     link = xdev.connection

@@ -19,7 +19,7 @@ from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.mqtt import MqttDevice
 
-from .conftest import CLIENT_ID, FAST, MAC, ota_url, wait_for, wait_settled, ws_url
+from .conftest import CLIENT_ID, FAST, MAC, ota_url, served_hub, wait_for, wait_settled
 from .helpers import wait_entity
 from .voice import Voice
 
@@ -32,12 +32,7 @@ type Factory = Callable[..., Awaitable[MqttDevice]]
 @pytest.fixture
 async def hub(hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]) -> XiaozhiHub:
     """The hub (MQTT on, its default); a silence of 0.3 s ends a conversation nobody speaks in."""
-    hass.config_entries.async_update_entry(
-        setup_integration, options={"websocket_url": ws_url(client), "silence_timeout": 0.3}
-    )
-    await hass.async_block_till_done()
-    hub: XiaozhiHub = setup_integration.runtime_data
-    return hub
+    return await served_hub(hass, setup_integration, client, silence_timeout=0.3)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from custom_components.xiaozhi_local.const import DOMAIN, EVENT_NOTIFICATION
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import MAC, TOKEN, wait_settled, ws_url
-from .helpers import EventWaiter
+from .helpers import EventWaiter, announce
 from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
 
 
@@ -230,12 +230,7 @@ async def test_pipeline_error_becomes_an_alert(hass: HomeAssistant, ready: Voice
 
 
 async def test_announce(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
-    await hass.services.async_call(
-        "assist_satellite",
-        "announce",
-        {"entity_id": "assist_satellite.kitchen", "message": "Dinner is ready", "preannounce": False},
-        blocking=True,
-    )
+    await announce(hass, "Dinner is ready")
     # The action returned after playback, with tts stop sent; the device reads it next.
     await tts_stops(device)
     assert kinds(device) == ["tts:start", "tts:sentence_start", "tts:stop"]
@@ -250,12 +245,7 @@ async def test_announce_during_a_listening_turn_is_the_only_speech(
     await device.send_json({"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"})
     device.device_state = "listening"
     await wait_state(hass, "assist_satellite.kitchen", "listening")
-    await hass.services.async_call(
-        "assist_satellite",
-        "announce",
-        {"entity_id": "assist_satellite.kitchen", "message": "Dinner is ready", "preannounce": False},
-        blocking=True,
-    )
+    await announce(hass, "Dinner is ready")
     await tts_stops(device)
     assert kinds(device) == ["tts:start", "tts:sentence_start", "tts:stop"]
     assert len(device.speaker_pcm) / 2 / 24000 >= speech_seconds("Dinner is ready") - 0.1
@@ -269,12 +259,7 @@ async def test_announce_while_away(hass: HomeAssistant, ready: Voice, device: Si
     hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
     await hub.async_wait_no_connections()
     with pytest.raises(HomeAssistantError) as err:
-        await hass.services.async_call(
-            "assist_satellite",
-            "announce",
-            {"entity_id": "assist_satellite.kitchen", "message": "Hello", "preannounce": False},
-            blocking=True,
-        )
+        await announce(hass, "Hello")
     assert err.value.translation_key == "device_offline"
     assert "Kitchen is not connected" in str(err.value)
     assert ready.tts.messages == []  # refused before any speech was made

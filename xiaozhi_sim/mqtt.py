@@ -51,7 +51,8 @@ class MqttRefused(Exception):
         self.code = code
 
 
-def _varint(length: int) -> bytes:
+def remaining_length(length: int) -> bytes:
+    """MQTT's variable-length encoding of a packet's remaining length."""
     out = bytearray()
     while True:
         byte, length = length & 0x7F, length >> 7
@@ -73,19 +74,19 @@ def mqtt_connect(client_id: str, username: str, password: str, keepalive: int) -
         body += _str(username)
     if password:
         body += _str(password)
-    return bytes([0x10]) + _varint(len(body)) + body
+    return bytes([0x10]) + remaining_length(len(body)) + body
 
 
 def mqtt_subscribe(packet_id: int, topic: str, qos: int) -> bytes:
     """SUBSCRIBE to one topic (paho, as py-xiaozhi uses it)."""
     body = struct.pack(">H", packet_id) + _str(topic) + bytes([qos])
-    return bytes([0x82]) + _varint(len(body)) + body
+    return bytes([0x82]) + remaining_length(len(body)) + body
 
 
 def mqtt_publish(topic: str, payload: bytes) -> bytes:
     """A QoS 0 PUBLISH."""
     body = _str(topic) + payload
-    return bytes([0x30]) + _varint(len(body)) + body
+    return bytes([0x30]) + remaining_length(len(body)) + body
 
 
 PINGREQ = bytes([0xC0, 0])

@@ -12,6 +12,7 @@ from homeassistant.core import HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from ..conftest import CLIENT_ID, MAC, TOKEN, wait_for, ws_url
+from ..helpers import announce
 
 ROOT = Path(__file__).parents[2]
 
@@ -142,12 +143,7 @@ async def test_cli_types_questions_from_a_pipe(
     seconds = float(line.rsplit("(", 1)[1].split(" s", 1)[0])
     assert seconds > 1.0  # spoken, over the encrypted UDP channel the device opened
     # What Home Assistant makes it say unasked is printed too (script/develop shows it).
-    await hass.services.async_call(
-        "assist_satellite",
-        "announce",
-        {"entity_id": "assist_satellite.kitchen", "message": "Dinner is ready", "preannounce": False},
-        blocking=True,
-    )
+    await announce(hass, "Dinner is ready")
     line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
     assert line.startswith(f"{MAC} ")
     assert "Dinner is ready" in line
