@@ -96,7 +96,7 @@ async def async_setup_entry(
     entry.async_on_unload(hub.async_add_device_listener(follow))
 
 
-def forget_oldest_removed(registry: er.EntityRegistry, prefix: str) -> int:
+def forget_oldest_removed(registry: er.EntityRegistry, prefix: str) -> None:
     """Keep the newest ``MAX_REMOVED_RECORDS`` records of removed buttons under ``prefix``; forget the rest.
 
     ``deleted_entities`` is the registry's own public table (core integrations read it too);
@@ -115,7 +115,6 @@ def forget_oldest_removed(registry: er.EntityRegistry, prefix: str) -> int:
         del registry.deleted_entities[key]
     if forgotten:
         registry.async_schedule_save()
-    return len(forgotten)
 
 
 def tool_buttons(device: XiaozhiDevice) -> list[str]:

@@ -190,8 +190,6 @@ class XiaozhiHub:
             return carried
         if (record := self.identities.get(mac)) is not None and record.token:
             return record.token
-        if (device := self.devices.get(mac)) is not None:
-            return device.token
         _LOGGER.warning("Device %s had no token on record; it gets a new one with its next OTA answer", mac)
         return new_token()
 

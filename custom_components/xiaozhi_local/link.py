@@ -1,8 +1,9 @@
 """What every device link shares, whatever carries it (WebSocket, or MQTT with UDP audio).
 
 A link is one live session with one device. The device, its entities, its tools and the
-voice satellite see only this narrow interface: ``async_send_json``, ``async_send_audio``,
-``async_end_conversation``, ``async_close``, and whether audio can flow now. MCP discovery,
+voice satellite see only its narrow interface (listed in docs/architecture.md, held by
+tests/test_layers.py): sending, calls, ending, and what the client does (whether audio can flow,
+its listen mode, whether audio comes in order). MCP discovery,
 the connect-time round (settings made while away, then status) and the routing of what the
 device says live here, once; the transports (``websocket.py``, ``mqtt.py``) only move bytes.
 """
