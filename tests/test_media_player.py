@@ -27,7 +27,7 @@ from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_in_conversation, mqtt_online, served_hub, wait_settled, ws_url
-from .helpers import wait_entity
+from .helpers import Clock, wait_entity
 from .voice import Voice, speech_pcm
 
 PLAYER = "media_player.kitchen_speaker"
@@ -319,7 +319,16 @@ async def test_an_idle_25_device_plays_it_by_notify(
     await asyncio.gather(*device.notify_tasks)
     assert device.notify_status == [200]
     assert abs(len(device.notify_pcm) / 2 / 24000 - SONG_SECONDS) < 0.2
-    await wait_entity(hass, PLAYER, lambda s: s.state == "idle")
+    # Fetched whole long before it is heard: playing until its audio has been played.
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+    assert hass.states.get(PLAYER).state == "playing"  # type: ignore[union-attr]
+    clock = Clock(hass)
+    try:
+        await clock.advance(SONG_SECONDS)
+        await wait_entity(hass, PLAYER, lambda s: s.state == "idle")
+    finally:
+        clock.restore()
     await device.drop()
 
 
@@ -498,3 +507,16 @@ async def test_music_queued_for_a_turn_that_is_then_interrupted_is_closed(
     assert state is not None
     assert state.state == "idle"
     assert not ws_device.audio  # nothing of it was played
+
+
+async def test_speech_from_the_media_browser_to_an_idle_24_device_says_why(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any]
+) -> None:
+    """Announced media without text (a TTS item picked in the media browser) reaches no idle 2.4
+    device: the action fails with the reason, and the device is not shown the media's address."""
+    device = await mqtt_online(hub, client)  # online, no conversation, firmware 2.4.2
+    with pytest.raises(HomeAssistantError) as err:
+        await play(hass, "media-source://media_source/local/song.wav", announce=True)
+    assert err.value.translation_key == "media_no_channel"
+    assert not any(m.get("type") in ("alert", "notify", "tts") for m in device.log)
+    await device.drop()

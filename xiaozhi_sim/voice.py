@@ -3,6 +3,8 @@
 Its own small PyAV codec, not the integration's: the simulator is the other end of the wire.
 """
 
+from collections.abc import Callable
+import contextlib
 from fractions import Fraction
 from functools import lru_cache
 import io
@@ -10,6 +12,7 @@ import struct
 
 import av
 import av.error
+from av.filter import Graph
 
 UPLINK_RATE = 16000
 FRAME_MS = 60
@@ -76,6 +79,43 @@ def mic_packets(pcm: bytes, frame_ms: int = FRAME_MS) -> tuple[bytes, ...]:
     return tuple(MicEncoder(frame_ms).packets(pcm))
 
 
+def _to_rate(rate: int) -> Callable[[av.AudioFrame], list[av.AudioFrame]]:
+    """Frames → s16 mono at ``rate``, on the calling thread.
+
+    ``av.AudioResampler``'s graph would start native threads that only the cyclic garbage
+    collector stops; run inside a test process, they would count as the server's.
+    """
+    graph: Graph | None = None
+
+    def convert(frame: av.AudioFrame) -> list[av.AudioFrame]:
+        nonlocal graph
+        if graph is None:
+            graph = Graph()
+            graph.threads = 1
+            chain = [
+                graph.add(
+                    "abuffer",
+                    sample_rate=str(frame.sample_rate),
+                    sample_fmt=frame.format.name,
+                    channel_layout=frame.layout.name,
+                    time_base=f"1/{frame.sample_rate}",
+                ),
+                graph.add("aformat", sample_rates=str(rate), sample_fmts="s16", channel_layouts="mono"),
+                graph.add("abuffersink"),
+            ]
+            chain[0].link_to(chain[1])
+            chain[1].link_to(chain[2])
+            graph.configure()
+        graph.push(frame)
+        frames: list[av.AudioFrame] = []
+        with contextlib.suppress(av.error.BlockingIOError, av.error.EOFError):
+            while True:
+                frames.append(graph.pull())  # type: ignore[arg-type]
+        return frames
+
+    return convert
+
+
 class SpeakerDecoder:
     """Downlink Opus → s16 mono PCM at the rate the server hello announced."""
 
@@ -83,24 +123,24 @@ class SpeakerDecoder:
         self.rate = rate
         self._codec = av.CodecContext.create("libopus", "r")
         self._codec.sample_rate = 48000
-        self._resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
+        self._resample = _to_rate(rate)
 
     def decode(self, packet: bytes) -> bytes:
         """PCM of one packet; raises av.error.FFmpegError on garbage (the firmware logs and drops)."""
         return b"".join(
             bytes(out.planes[0])[: out.samples * 2]
             for decoded in self._codec.decode(av.Packet(packet))
-            for out in self._resampler.resample(decoded)
+            for out in self._resample(decoded)
         )
 
 
 def decode_ogg_opus(data: bytes, rate: int = 24000) -> bytes:
     """A whole Ogg Opus stream (a ``notify`` URL's body) → s16 mono PCM at ``rate``."""
     container = av.open(io.BytesIO(data), mode="r")
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
+    resample = _to_rate(rate)
     out = bytearray()
     for decoded in container.decode(audio=0):
-        for frame_ in resampler.resample(decoded):
+        for frame_ in resample(decoded):
             out += bytes(frame_.planes[0])[: frame_.samples * 2]
     container.close()
     return bytes(out)

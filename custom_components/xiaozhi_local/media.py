@@ -5,7 +5,7 @@ turns what Home Assistant has (a TTS stream, a media URL) into PCM for them.
 """
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 import contextlib
 from typing import Final
@@ -20,6 +20,7 @@ from homeassistant.util.hass_dict import HassKey
 
 from .const import DOMAIN
 from .protocol.messages import DOWNLINK_SAMPLE_RATE
+from .protocol.opus import EncoderPool, OpusEncoder
 from .protocol.pcm import Resampler
 from .protocol.wav import WavStream
 
@@ -27,6 +28,7 @@ OFF_LOOP_BYTES: Final = 8192
 """Pieces from this size on are resampled on the executor (about 0.2 s of audio), smaller ones inline."""
 SLICE_SECONDS: Final = 0.5
 DATA_AUDIO_EXECUTOR: HassKey[Executor] = HassKey(f"{DOMAIN}_audio_executor")
+DATA_ENCODERS: HassKey[EncoderPool] = HassKey(f"{DOMAIN}_encoders")
 
 
 async def tts_pcm(hass: HomeAssistant, token: str) -> AsyncGenerator[bytes]:
@@ -91,6 +93,24 @@ def audio_executor(hass: HomeAssistant) -> Executor:
 
     hass.bus.async_listen_once(EVENT_HOMEASSISTANT_CLOSE, shutdown)
     return executor
+
+
+@contextlib.contextmanager
+def downlink_encoder(hass: HomeAssistant) -> Iterator[OpusEncoder]:
+    """An Opus encoder for one stream to a device, given back to the pool when the stream ends.
+
+    Given back on the codec thread, after whatever encode of the stream is still running there
+    (a stream cancelled mid-encode): nothing uses it twice at once.
+    """
+    pool = hass.data.get(DATA_ENCODERS)
+    if pool is None:
+        pool = hass.data[DATA_ENCODERS] = EncoderPool()
+    encoder = pool.take(DOWNLINK_SAMPLE_RATE)
+    try:
+        yield encoder
+    finally:
+        with contextlib.suppress(RuntimeError):  # the codec thread has shut down with HA
+            audio_executor(hass).submit(pool.give, encoder)
 
 
 def full_url(hass: HomeAssistant, media: str) -> str:

@@ -21,7 +21,7 @@ from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 
 from .const import NOTIFY_PATH
-from .media import audio_executor
+from .media import audio_executor, downlink_encoder
 from .protocol.messages import DOWNLINK_SAMPLE_RATE
 from .protocol.ogg import OggOpusWriter
 from .protocol.pcm import AudioError
@@ -44,6 +44,9 @@ class Announcement:
     expires: float
     fetched: asyncio.Event = field(default_factory=asyncio.Event)
     played: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the stream has been sent (or has ended early)."""
+    heard_until: float | None = None
+    """When the device will have played what was sent (loop time), for a stream sent whole."""
     stopped: bool = False
     """Stopped by Home Assistant (a media player's stop): the stream ends where it is."""
 
@@ -95,20 +98,34 @@ class XiaozhiNotifyView(HomeAssistantView):
         announcement.fetched.set()
         response = web.StreamResponse(headers={"Content-Type": "audio/ogg"})
         await response.prepare(request)
-        writer = OggOpusWriter(DOWNLINK_SAMPLE_RATE)
-        loop, codec = asyncio.get_running_loop(), audio_executor(hass)  # encoded beside the loop
-        try:
-            for make in announcement.sources:
-                async with contextlib.aclosing(make()) as pcm_stream:
-                    async for pcm in pcm_stream:
-                        if announcement.stopped:
-                            break
-                        if data := await loop.run_in_executor(codec, writer.feed, pcm):
-                            await response.write(data)
-            await response.write(await loop.run_in_executor(codec, writer.finish))
-            await response.write_eof()
-        except (ConnectionError, AudioError, HomeAssistantError) as err:
-            _LOGGER.debug("Announcement stream ended early: %s", err)
-        finally:
-            announcement.played.set()
+        with downlink_encoder(hass) as encoder:
+            await _async_stream(hass, response, announcement, OggOpusWriter(encoder))
         return response
+
+
+async def _async_stream(
+    hass: HomeAssistant, response: web.StreamResponse, announcement: Announcement, writer: OggOpusWriter
+) -> None:
+    """Encode and send the announcement's sources; ``played`` is set at the end, whatever happens."""
+    loop, codec = asyncio.get_running_loop(), audio_executor(hass)  # encoded beside the loop
+    began, pcm_bytes, complete = loop.time(), 0, False
+    try:
+        for make in announcement.sources:
+            async with contextlib.aclosing(make()) as pcm_stream:
+                async for pcm in pcm_stream:
+                    if announcement.stopped:
+                        break
+                    pcm_bytes += len(pcm)
+                    if data := await loop.run_in_executor(codec, writer.feed, pcm):
+                        await response.write(data)
+        await response.write(await loop.run_in_executor(codec, writer.finish))
+        await response.write_eof()
+        complete = not announcement.stopped
+    except (ConnectionError, AudioError, HomeAssistantError) as err:
+        _LOGGER.debug("Announcement stream ended early: %s", err)
+    finally:
+        # Sent faster than it plays: it is over when the device has played it all (it plays
+        # as it fetches, from the first page on), not when the last byte left.
+        if complete:
+            announcement.heard_until = began + pcm_bytes / (2 * DOWNLINK_SAMPLE_RATE)
+        announcement.played.set()

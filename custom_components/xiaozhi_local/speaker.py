@@ -21,12 +21,11 @@ from homeassistant.components.assist_satellite import AssistSatelliteAnnouncemen
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 
+from .device import translated_error
 from .link import DeviceLink
-from .media import MediaUnreadable, audio_executor, ffmpeg_pcm, full_url, tts_pcm
+from .media import MediaUnreadable, audio_executor, downlink_encoder, ffmpeg_pcm, full_url, tts_pcm
 from .notify import Announcement, PcmSource
 from .protocol import voice
-from .protocol.messages import DOWNLINK_SAMPLE_RATE
-from .protocol.opus import OpusEncoder
 from .protocol.pacing import Pacer
 from .protocol.pcm import AudioError
 from .protocol.sentences import split_sentences
@@ -103,17 +102,14 @@ async def async_speak(
             connection.touch()
             return await connection.async_send_audio(packet, offset_ms)
 
-        pacer = Pacer(
-            OpusEncoder(DOWNLINK_SAMPLE_RATE),
-            send,
-            lead=TTS_LEAD,
-            not_before=loop.time() + FIRST_FRAME_GAP,
-            executor=audio_executor(hass),
-        )
-        async for pcm in source:
-            await pacer.feed(pcm)
-        await _show_sentences(connection, text, shown, float("inf"))
-        await pacer.finish()  # returns once the device has played it all
+        with downlink_encoder(hass) as encoder:
+            pacer = Pacer(
+                encoder, send, lead=TTS_LEAD, not_before=loop.time() + FIRST_FRAME_GAP, executor=audio_executor(hass)
+            )
+            async for pcm in source:
+                await pacer.feed(pcm)
+            shown = await _show_sentences(connection, text, shown, float("inf"))
+            await pacer.finish()  # returns once the device has played it all
     except (ConnectionError, AudioError, HomeAssistantError) as err:
         _LOGGER.warning("Device %s: speech stopped: %s", connection.device.mac, err)
     finally:
@@ -179,9 +175,15 @@ async def async_notify(
 
 
 async def async_until_played(waiting: Announcement) -> None:
-    """Until the device has played it; cancelled, the stream ends where it is (the device stops)."""
+    """Until the device has played it; cancelled, the stream ends where it is (the device stops).
+
+    The stream is sent faster than it plays: after its last byte, until its audio has been heard.
+    """
     try:
         await waiting.played.wait()
+        if waiting.heard_until is not None:
+            loop = asyncio.get_running_loop()
+            await asyncio.sleep(max(0.0, waiting.heard_until - loop.time()))
     except asyncio.CancelledError:
         waiting.stopped = True
         raise
@@ -236,18 +238,19 @@ async def async_open_media(hass: HomeAssistant, url: str) -> OpenedMedia:
     return OpenedMedia(first, source)
 
 
-async def async_speak_idle(
-    hub: XiaozhiHub, connection: DeviceLink, sources: list[PcmSource], text: str, *, alert: str | None = None
-) -> None:
+async def async_speak_idle(hub: XiaozhiHub, connection: DeviceLink, sources: list[PcmSource], text: str) -> None:
     """An announcement for a device without a channel: ``notify`` where it plays it, else an ``alert``.
 
-    ``text`` is shown with the sound; ``alert`` (default: ``text``) is what the alert shows instead.
+    ``text`` is shown with the sound, or in the alert. Media without text that cannot be played
+    fails with the reason (an alert would have nothing to show but an address).
     """
     if connection.device.plays_notify and (waiting := await async_notify(hub, connection, sources, text)):
         await async_until_played(waiting)
         return
+    if not text:  # media only, not fetched: nothing to show instead (never its URL)
+        raise translated_error("media_not_fetched", device=connection.device.name)
     status = "通知" if hub.hass.config.language.lower().startswith("zh") else "Announcement"
-    sent = await connection.async_send_json(voice.alert(alert or text, status=status, emotion=voice.EMOTION_ANSWER))
+    sent = await connection.async_send_json(voice.alert(text, status=status, emotion=voice.EMOTION_ANSWER))
     _LOGGER.info(
         "Device %s is idle: the announcement %s as an alert (its text and a sound, not spoken: %s)",
         connection.device.mac,

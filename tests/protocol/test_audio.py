@@ -285,3 +285,56 @@ async def test_pacer_starts_only_when_the_lead_is_there() -> None:
     assert short == []
     await pacer.finish()  # a reply shorter than the lead still plays, whole
     assert short[:2] == [0, 60]
+
+
+def _ogg_decoded(data: bytes) -> tuple[int, float]:
+    """FFmpeg's own Ogg demuxer and Opus decoder on ``data``: (sample rate, seconds of audio)."""
+    import io
+
+    import av
+
+    with av.open(io.BytesIO(data), mode="r", format="ogg") as container:
+        samples, rate = 0, 0
+        for frame in container.decode(audio=0):
+            samples += frame.samples
+            rate = frame.sample_rate
+    return rate, samples / rate
+
+
+def test_ogg_opus_pages_decode_to_what_went_in_and_the_encoder_serves_again() -> None:
+    from custom_components.xiaozhi_local.protocol.ogg import OggOpusWriter, ogg_crc
+    from custom_components.xiaozhi_local.protocol.opus import EncoderPool
+
+    pool = EncoderPool()
+    for seconds in (1.0, 0.35):  # the second stream on the same (reused) encoder
+        encoder = pool.take(24000)
+        writer = OggOpusWriter(encoder)
+        pcm = tone(seconds, 24000)
+        data = b"".join(writer.feed(pcm[i : i + 4000]) for i in range(0, len(pcm), 4000)) + writer.finish()
+        pool.give(encoder)
+        _rate, heard = _ogg_decoded(data)
+        assert abs(heard - seconds) < 0.01  # the end padding is trimmed by the last granule
+        pages = data.split(b"OggS")[1:]
+        assert b"OpusHead" in pages[0]
+        assert b"OpusTags" in pages[1]
+        for body in pages:  # every page's checksum, as a demuxer checks it
+            page = bytearray(b"OggS" + body)
+            stored = struct.unpack_from("<I", page, 22)[0]
+            struct.pack_into("<I", page, 22, 0)
+            assert ogg_crc(bytes(page)) == stored
+        assert data[5] == 0x02  # beginning of stream
+        last = data.rindex(b"OggS")
+        assert data[last + 5] & 0x04  # end of stream
+    assert pool.made == 1
+
+
+def test_ogg_opus_without_audio_is_a_valid_empty_stream() -> None:
+    from custom_components.xiaozhi_local.protocol.ogg import OggOpusWriter
+
+    writer = OggOpusWriter(OpusEncoder(24000))
+    data = writer.feed(b"") + writer.finish()
+    assert data.count(b"OggS") == 3  # head, tags, an empty last page
+    last = data.rindex(b"OggS")
+    assert data[last + 5] == 0x04  # end of stream
+    assert data[last + 26] == 0  # no segments: no packet
+    assert struct.unpack_from("<q", data, last + 6)[0] == 0  # granule: nothing to play

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 import contextlib
 from fractions import Fraction
+import threading
 from typing import Final
 
 import av
 import av.error
 
-from .pcm import PCM_RATE, AudioError
+from .pcm import PCM_RATE, AudioError, FrameResampler
 
 OPUS_FRAME_MS: Final = 60
 """The frame duration of every packet sent to a device."""
@@ -30,7 +31,8 @@ class OpusDecoder:
         self._decoder = av.CodecContext.create("libopus", "r")
         self._decoder.sample_rate = 48000  # libopus in FFmpeg always decodes at 48 kHz
         self._decoder.layout = "mono"  # a stereo packet is downmixed by libopus; a third less work than stereo
-        self._resampler = av.AudioResampler(format="s16", layout="mono", rate=PCM_RATE)
+        self._decoder.thread_count = 1  # no threads of FFmpeg's own (they outlive the decoder until GC)
+        self._resampler = FrameResampler(PCM_RATE)
 
     def decode(self, packet: bytes) -> bytes:
         """PCM for one packet (may be empty for DTX). Raises AudioError."""
@@ -135,10 +137,17 @@ class OpusEncoder:
         self._encoder.bit_rate = bit_rate
         self._encoder.time_base = Fraction(1, sample_rate)
         self._encoder.options = {"frame_duration": str(OPUS_FRAME_MS), "application": "voip"}
+        self._encoder.thread_count = 1  # FFmpeg's default starts a thread per core, kept until GC runs
         self._encoder.open()
         self.frame_bytes = sample_rate * OPUS_FRAME_MS // 1000 * 2
         self._buffer = bytearray()
         self._pts = 0
+        self._streaming = False  # frames went in since the stream began: libopus may hold some back
+
+    @property
+    def head(self) -> bytes:
+        """Its ``OpusHead`` (channels, pre-skip, input rate), as an Ogg stream begins."""
+        return bytes(self._encoder.extradata or b"")
 
     @property
     def buffered(self) -> int:
@@ -165,7 +174,30 @@ class OpusEncoder:
             packets += [bytes(p) for p in self._encoder.encode(None)]
         return packets
 
+    def finish(self) -> list[bytes]:
+        """The end of one stream; the encoder is kept for the next.
+
+        The rest, zero-padded, then 60 ms of silence that brings out what libopus still holds
+        back (its look-ahead). No flush: a flushed encoder cannot encode again.
+        """
+        if not self._buffer and not self._streaming:
+            return []  # nothing was said: nothing to bring out
+        packets = self._encode_chunk(bytes(self._buffer).ljust(self.frame_bytes, b"\0")) if self._buffer else []
+        self._buffer.clear()
+        packets += self._encode_chunk(bytes(self.frame_bytes))
+        self._streaming = False
+        return packets
+
+    def reset(self) -> None:
+        """Forget a stream that ended half-way: what is buffered, and what libopus holds back."""
+        self._buffer.clear()
+        if self._streaming:
+            with contextlib.suppress(AudioError):
+                self._encode_chunk(bytes(self.frame_bytes))
+            self._streaming = False
+
     def _encode_chunk(self, chunk: bytes) -> list[bytes]:
+        self._streaming = True
         samples = len(chunk) // 2
         frame = av.AudioFrame(format="s16", layout="mono", samples=samples)
         frame.planes[0].update(chunk)
@@ -176,3 +208,38 @@ class OpusEncoder:
             return [bytes(p) for p in self._encoder.encode(frame)]
         except (av.error.FFmpegError, ValueError) as err:
             raise AudioError(f"cannot encode: {err}") from None
+
+
+class EncoderPool:
+    """Opus encoders reused from one stream to the next, so that encoding leaves no threads behind.
+
+    PyAV's encoder converts every frame through a filter graph of its own, whose native threads
+    (one per core) live until Python's cyclic garbage collector frees the graph, which Home
+    Assistant seldom runs: an encoder per reply left two threads behind on a two-core machine.
+    Reused, the threads are bounded by the streams that play at once. ``take`` on the event loop;
+    ``give`` on the thread that encodes (after its last encode), which readies it for the next.
+    """
+
+    def __init__(self, idle: int = 4) -> None:
+        self._idle: dict[int, list[OpusEncoder]] = {}
+        self._max_idle = idle
+        self._lock = threading.Lock()
+        self.made = 0
+        """Encoders made (tests, diagnostics): no more than ever played at once, plus the idle ones."""
+
+    def take(self, sample_rate: int) -> OpusEncoder:
+        """An idle encoder for ``sample_rate``, or a new one."""
+        with self._lock:
+            idle = self._idle.get(sample_rate)
+            if idle:
+                return idle.pop()
+        self.made += 1
+        return OpusEncoder(sample_rate)
+
+    def give(self, encoder: OpusEncoder) -> None:
+        """``encoder``'s stream is over: ready for the next one, kept unless enough are idle."""
+        encoder.reset()
+        with self._lock:
+            idle = self._idle.setdefault(encoder.sample_rate, [])
+            if len(idle) < self._max_idle:
+                idle.append(encoder)

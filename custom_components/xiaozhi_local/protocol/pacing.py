@@ -62,8 +62,11 @@ class Pacer:
                 await self._put(packet)
 
     async def finish(self) -> None:
-        """Send the rest (zero-padded) and wait until the device has played everything."""
-        for packet in await self._loop.run_in_executor(self._executor, self._encoder.flush):
+        """Send the rest (zero-padded) and wait until the device has played everything.
+
+        The encoder is not flushed: it can serve the next stream (``EncoderPool``).
+        """
+        for packet in await self._loop.run_in_executor(self._executor, self._encoder.finish):
             await self._put(packet)
         held, self._held = self._held, []
         for packet in held:  # a reply shorter than the lead

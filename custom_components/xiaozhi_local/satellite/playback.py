@@ -89,9 +89,12 @@ class PlaybackMixin(SatelliteBase):
         try:
             waiting: set[asyncio.Future[Any]] = {asking, unanswered}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if not asking.done():
-                asking.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+            if asking.done() and not asking.cancelled() and asking.exception() is None:
+                return asking.result()  # answered (even if the conversation ended right after)
+            if unanswered.done():  # both may end at once: ours says why, in the user's language
+                if not asking.done():
+                    asking.cancel()
+                with contextlib.suppress(asyncio.CancelledError, HomeAssistantError):
                     await asking
                 raise translated_error("question_unanswered", device=self.device.name)
             return asking.result()
@@ -118,12 +121,12 @@ class PlaybackMixin(SatelliteBase):
         connection = self._connection_or_raise()
         sources = speaker.announcement_sources(self.hass, announcement)
         if not connection.audio_open:
+            if not announcement.message and not self.device.plays_notify:
+                # Media only (a sound, or speech picked in the media browser): no text to show in
+                # an alert, and a 2.4 device plays nothing while idle. Say why (not its URL).
+                raise translated_error("media_no_channel", device=self.device.name)
             await speaker.async_speak_idle(
-                self._config_entry().runtime_data,
-                connection,
-                sources,
-                announcement.message or "",
-                alert=announcement.message or announcement.original_media_id,
+                self._config_entry().runtime_data, connection, sources, announcement.message or ""
             )
             return
         run = Run(connection)
