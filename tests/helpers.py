@@ -86,3 +86,55 @@ async def announce(hass: HomeAssistant, message: str, entity_id: str = "assist_s
         {"entity_id": entity_id, "message": message, "preannounce": False},
         blocking=True,
     )
+
+
+class Clock:
+    """Time passing on the event loop, as a user's wait between two questions makes it pass.
+
+    The loop's clock (``loop.time``, which HA's timers and the satellite's silence clock read)
+    moves on by ``advance``; timers due by then run at the loop's next turn. Advance only while
+    the test itself waits on nothing with a deadline.
+    """
+
+    def __init__(self, hass: HomeAssistant) -> None:
+        self.hass = hass
+        self.offset = 0.0
+        self._real = hass.loop.time
+        hass.loop.time = self.time  # type: ignore[method-assign]
+
+    def time(self) -> float:
+        """The loop's clock, moved on."""
+        return self._real() + self.offset
+
+    async def advance(self, seconds: float) -> None:
+        """``seconds`` pass; what fell due has run."""
+        self.offset += seconds
+        for _ in range(3):
+            await asyncio.sleep(0)
+        await self.hass.async_block_till_done()
+
+    def restore(self) -> None:
+        """The loop's own clock again (what was scheduled on the moved one runs that much sooner)."""
+        self.hass.loop.time = self._real  # type: ignore[method-assign]
+
+
+def resources() -> dict[str, int]:
+    """What must not grow with use: asyncio tasks, OS threads (native ones too), fds, child processes."""
+    import os
+
+    pid = str(os.getpid())
+    children = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                    parent = stat.read().rsplit(")", 1)[1].split()[1]
+            except OSError:
+                continue  # gone meanwhile
+            children += parent == pid
+    return {
+        "tasks": len([task for task in asyncio.all_tasks() if not task.done()]),
+        "threads": len(os.listdir("/proc/self/task")),
+        "fds": len(os.listdir("/proc/self/fd")),
+        "children": children,
+    }

@@ -177,6 +177,31 @@ async def test_a_client_that_picks_its_own_transport_is_never_restarted(
         await device.drop()
 
 
+async def test_py_xiaozhi_on_the_transport_it_was_told_is_not_restarted_either(
+    hass: HomeAssistant, hub: XiaozhiHub, make_device: Factory
+) -> None:
+    """py-xiaozhi in MQTT mode is on MQTT by its own choice, not because the answer said so.
+
+    Its OTA check has no partition table (it is no ESP32): the Connection select changing must
+    not send it ``system reboot`` (its screen shows that as an error), nor promise a switch.
+    """
+    device = await make_device(flavor="py-xiaozhi")
+    xdev = hub.devices[MAC]
+    assert xdev.picks_transport
+    for option in ("websocket", "mqtt", "websocket"):
+        await device.connect()  # py-xiaozhi connects over MQTT when a conversation starts
+        await wait_for(xdev, lambda d: d.connection is not None and d.connection.conversation_open)
+        await choose(hass, option)
+        await transport_state(hass, "mqtt")  # no "moves to WebSocket": it will not
+        # Nobody speaks: the conversation ends (goodbye), which is when a stock device is restarted.
+        marker = len(device.log)
+        await device.send_json({"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"})
+        await device.wait_message(lambda m: m.get("type") == "goodbye", after=marker)
+        await hass.async_block_till_done()
+        assert not device.rebooted
+        assert not any(m.get("type") == "system" for m in device.log)
+
+
 async def test_a_device_that_does_not_come_back_on_the_chosen_transport_is_restarted_once(
     hass: HomeAssistant, hub: XiaozhiHub, make_device: Factory, client: TestClient[Any, Any]
 ) -> None:

@@ -36,6 +36,7 @@ from .const import (
     NOTIFICATION_RATE,
     VISION_TOKEN_TTL,
 )
+from .conversation import Conversation
 from .limits import TokenBucket
 from .pairing import Identity
 from .protocol.firmware import BoardFacts
@@ -117,7 +118,7 @@ class DeviceOfflineError(McpConnectionError):
     """The device has no open connection now."""
 
 
-NOT_NOW: Final = frozenset({"device_offline", "update_offline"})
+NOT_NOW: Final = frozenset({"device_offline"})
 """Refusals of a request that cannot be served while the device is away: ServiceValidationError,
 which Home Assistant answers with 400 and does not log as an error (a 500 means a fault of ours)."""
 
@@ -174,6 +175,8 @@ class XiaozhiDevice:
         self.open = bool(subentry.data.get(CONF_OPEN))  # paired without a token (load testers)
         self.name = subentry.title
         self.connection: DeviceLink | None = None
+        self.conversation: Conversation | None = None
+        """Its open conversation, on whichever link carries it (conversation.py)."""
         self.voice: VoiceHandler | None = None  # the assist satellite, once it exists
         self.server_info = ServerInfo()
         self.last_seen: datetime | None = None
@@ -209,8 +212,12 @@ class XiaozhiDevice:
         told = cache.get("transport")
         self.told_transport: str | None = told if isinstance(told, str) else None
         """What its last OTA answer told it to use (``mqtt`` or ``websocket``): see transport.py."""
+        self.picks_transport = bool(cache.get("picks_transport"))
+        """A client that picks its transport itself (its OTA check lacks the stock firmware's
+        partition table): never restarted for the connection choice (transport.py)."""
         self.transport_restart_sent = False  # restarted for its transport since that answer
         self.restart_at_end = False  # on WebSocket, restart it when its conversation ends (transport.py)
+        self.install_at_end = False  # the same, for firmware that waits for it (updates.py)
         """Settings made while the device was away: key → {tool, arguments, value}."""
         registry_entry = dr.async_get(hass).async_get_or_create(
             config_entry_id=entry_id,
@@ -254,6 +261,7 @@ class XiaozhiDevice:
             "pending": self.pending,
             "firmware": self.facts.as_dict() if self.facts is not None else None,
             "transport": self.told_transport,
+            "picks_transport": self.picks_transport,
         }
 
     @property
@@ -357,8 +365,29 @@ class XiaozhiDevice:
         self._async_notify()
 
     @callback
+    def async_open_conversation(self, link: DeviceLink) -> Conversation:
+        """``link`` opened a conversation (a WebSocket hello, an MQTT hello): a new one, from nothing."""
+        self.conversation = Conversation(link, self.hass.loop.time())
+        self._async_notify()
+        return self.conversation
+
+    @callback
+    def async_end_conversation(self, link: DeviceLink) -> None:
+        """The conversation on ``link`` is over (goodbye, the socket closed); another link's stays."""
+        if self.conversation is not None and self.conversation.link is link:
+            self.conversation = None
+            self._async_notify()
+
+    def conversation_of(self, link: DeviceLink) -> Conversation | None:
+        """The open conversation if ``link`` carries it."""
+        conversation = self.conversation
+        return conversation if conversation is not None and conversation.link is link else None
+
+    @callback
     def async_detach(self, connection: DeviceLink) -> None:
-        """A connection ended."""
+        """A connection ended (and a conversation it carried)."""
+        if self.conversation is not None and self.conversation.link is connection:
+            self.conversation = None
         if self.connection is connection:
             self.connection = None
             self.last_seen = dt_util.utcnow()
@@ -407,6 +436,7 @@ class XiaozhiDevice:
                 "project": report.project,
                 "board_name": report.board_name,
                 "manufacturer": report.manufacturer,
+                "app_slot": report.app_slot,
             }
         )
         if facts is None or facts == self.facts:
@@ -417,9 +447,12 @@ class XiaozhiDevice:
         return True
 
     @callback
-    def async_told(self, transport: str) -> None:
-        """Its OTA answer named this transport: it uses it from this boot on."""
+    def async_told(self, transport: str, *, follows: bool = True) -> None:
+        """Its OTA answer named this transport: a device that ``follows`` it uses it from this boot on."""
         self.transport_restart_sent = False
+        if self.picks_transport == follows:
+            self.picks_transport = not follows
+            self._persist(REPORT_SAVE_DELAY)
         if transport != self.told_transport:
             self.told_transport = transport
             self._persist(REPORT_SAVE_DELAY)

@@ -49,6 +49,9 @@ class DeviceLink(ABC):
     transport_name: str = ""
     """``websocket`` or ``mqtt`` (diagnostics, logs, the connection choice)."""
     audio_in_order: bool = True
+    conversation_is_connection: bool = True
+    """Whether the connection is one conversation (WebSocket: its hello opens it, its close ends it).
+    Over MQTT the link outlives them: each device hello opens one (conversation.py)."""
     """Whether audio comes in order with the messages (WebSocket). Over MQTT+UDP a datagram may
     overtake the ``listen start`` sent over MQTT: audio that arrives first may still be the turn's."""
 
@@ -99,20 +102,23 @@ class DeviceLink(ABC):
 
     @property
     def conversation_open(self) -> bool:
-        """Whether a conversation is open (WebSocket: the connection is one)."""
-        return True
+        """Whether a conversation is open on this link (WebSocket: from the hello to the close)."""
+        return self.device.conversation_of(self) is not None
 
     async def async_end_conversation(self, reason: str) -> None:
         """End the conversation the way the device understands (WebSocket: close the socket).
 
-        A device that must move to the other transport (transport.py) is restarted instead: it
-        closes the socket itself, checks OTA at boot and comes back on the transport chosen.
+        A device that must move to the other transport (transport.py), or for which firmware waits
+        (updates.py), is restarted instead: it closes the socket itself, checks OTA at boot and
+        comes back on the transport chosen, or installs the firmware its OTA answer carries.
         """
         device = self.device
-        if device.restart_at_end and device.connection is self:
-            device.restart_at_end = False
-            device.transport_restart_sent = True
-            _LOGGER.info("Restarting %s at the end of its conversation: its connection choice changed", device.mac)
+        if (device.restart_at_end or device.install_at_end) and device.connection is self:
+            why = "its connection choice changed" if device.restart_at_end else "firmware waits for it"
+            if device.restart_at_end:
+                device.transport_restart_sent = True
+            device.restart_at_end = device.install_at_end = False
+            _LOGGER.info("Restarting %s at the end of its conversation: %s", device.mac, why)
             if await self.async_send_json({"type": "system", "command": "reboot"}):
 
                 @callback
@@ -179,6 +185,8 @@ class DeviceLink(ABC):
             self.client.client_id,
         )
         self.device.async_attach(self)
+        if self.conversation_is_connection:
+            self.device.async_open_conversation(self)
         if hello.supports_mcp:
             self._discovery = self.hass.async_create_background_task(
                 self._async_discover(), f"xiaozhi_local discovery {self.device.mac}"

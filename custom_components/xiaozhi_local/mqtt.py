@@ -102,6 +102,7 @@ class MqttLink(DeviceLink):
 
     transport_name = "mqtt"
     audio_in_order = False  # UDP beside MQTT
+    conversation_is_connection = False  # each hello opens one, goodbye ends it
 
     def __init__(
         self,
@@ -246,11 +247,6 @@ class MqttLink(DeviceLink):
     # -- the audio channel ---------------------------------------------------------------------
 
     @property
-    def conversation_open(self) -> bool:
-        """Whether the device opened its audio channel (hello) and has not said goodbye."""
-        return self.channel is not None
-
-    @property
     def audio_open(self) -> bool:
         """Audio reaches the device only through a channel it opened and proved (a datagram)."""
         return self.channel is not None and self.peer is not None
@@ -266,6 +262,7 @@ class MqttLink(DeviceLink):
         reply = server_hello(self.session.session_id, self.session.sample_rate)
         reply["transport"] = "udp"
         reply["udp"] = self.channel.hello_fields(self.endpoint.udp_host(self.writer), self.endpoint.udp_port)
+        self.device.async_open_conversation(self)  # a new one: nothing of the last (its silence) carries over
         return reply
 
     def _close_channel(self) -> None:
@@ -279,6 +276,7 @@ class MqttLink(DeviceLink):
         self.channel = None
         self.peer = None
         self._move = None
+        self.device.async_end_conversation(self)
         self.device.async_link_changed()
 
     def on_datagram(self, data: bytes, addr: tuple[str, int]) -> None:

@@ -115,7 +115,9 @@ class XiaozhiOtaView(HomeAssistantView):
             # to send the device back to WebSocket (NVS keeps it, but only ``mqtt`` in the answer counts).
             if (mqtt := hub.mqtt_for(device)) is not None:
                 answer["mqtt"] = mqtt
-            device.async_told(TRANSPORT_MQTT if mqtt is not None else TRANSPORT_WEBSOCKET)
+            device.async_told(
+                TRANSPORT_MQTT if mqtt is not None else TRANSPORT_WEBSOCKET, follows=report.follows_answer
+            )
             # Only while an install waits for this device (updates.py): never by default.
             if (firmware := hub.firmware.ota_firmware(device)) is not None:
                 answer["firmware"] = firmware

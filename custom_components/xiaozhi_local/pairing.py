@@ -21,6 +21,7 @@ import time
 from typing import Any, Final
 
 from .const import CONF_CLIENT_ID, CONF_SERIAL
+from .protocol.firmware import update_slot_size
 
 MAX_PENDING: Final = 64
 MAX_PER_SOURCE: Final = 8
@@ -95,6 +96,12 @@ class DeviceReport:
     manufacturer: str | None = None
     project: str | None = None
     """``application.name``: the project the running image was built from (``xiaozhi``)."""
+    app_slot: int | None = None
+    """Bytes of the app partition its next update goes to (from ``partition_table`` and ``ota``)."""
+    follows_answer: bool = False
+    """Stock firmware: it posts its ``partition_table`` and running ``ota`` label, and takes its
+    transport from the answer. Clients that post only ``application`` and ``board`` (py-xiaozhi)
+    pick their transport themselves (transport.py)."""
 
     @property
     def identity(self) -> Identity:
@@ -110,6 +117,7 @@ class DeviceReport:
         """
         board: dict[str, Any] = body["board"] if isinstance(body.get("board"), dict) else {}
         application: dict[str, Any] = body["application"] if isinstance(body.get("application"), dict) else {}
+        ota: dict[str, Any] = body["ota"] if isinstance(body.get("ota"), dict) else {}
         return cls(
             board=_text(board.get("type")) or _text(board.get("name")),
             firmware=_text(application.get("version")),
@@ -120,6 +128,8 @@ class DeviceReport:
             board_name=_text(board.get("name")),
             manufacturer=_text(board.get("manufacturer")),
             project=_text(application.get("name")),
+            app_slot=update_slot_size(body.get("partition_table"), ota.get("label")),
+            follows_answer=isinstance(body.get("partition_table"), list) and isinstance(ota.get("label"), str),
         )
 
 

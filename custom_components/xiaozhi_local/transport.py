@@ -9,11 +9,12 @@ other transport than the one chosen is restarted:
 - over WebSocket, where the connection is the conversation, when Home Assistant ends that
   conversation (silence or idle timeout): the restart takes the place of the close.
 
-Only a device whose transport follows our answer is restarted: one found on the transport its
-last OTA answer named (the answer is stale). A client that picks its transport itself (py-xiaozhi
-in WebSocket mode, browser pages, xiaozhi-sdk, load testers) is on another one than we told it,
-and is left alone. One restart per OTA answer: a device that comes back on the same transport
-without a new OTA check (its check failed, say) is not restarted again until it checks.
+Only a device whose transport follows our answer is restarted: stock firmware (its OTA check
+carries its partition table) found on the transport its last OTA answer named (the answer is
+stale). A client that picks its transport itself (py-xiaozhi, browser pages, xiaozhi-sdk, load
+testers) is left alone, even when its transport happens to be the one we named. One restart per
+OTA answer: a device that comes back on the same transport without a new OTA check (its check
+failed, say) is not restarted again until it checks.
 """
 
 from enum import StrEnum
@@ -51,8 +52,13 @@ def wanted(hub: XiaozhiHub, device: XiaozhiDevice) -> str:
 def _follows(device: XiaozhiDevice, current: str) -> bool:
     """Whether the device is on the transport its last OTA answer named (it follows our answers).
 
-    An MQTT connection with no answer recorded (before this was kept) was handed out by OTA too.
+    Told by what the client is, not by coincidence: stock firmware posts its partition table and
+    running OTA slot at every check; a client that does not (py-xiaozhi) picks its transport
+    itself, even when it happens to be the one we named. An MQTT connection with no answer
+    recorded (before this was kept) was handed out by OTA too.
     """
+    if device.picks_transport:
+        return False
     told = device.told_transport or (TRANSPORT_MQTT if current == TRANSPORT_MQTT else None)
     return told == current
 

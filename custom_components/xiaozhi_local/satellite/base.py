@@ -60,7 +60,6 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):
         self._early_audio: deque[tuple[DeviceLink, float, bytes]] = deque(maxlen=EARLY_AUDIO_PACKETS)
         self._idle_media: tuple[str, asyncio.Task[None]] | None = None  # media played by notify (2.5)
         self._unanswered: asyncio.Future[None] | None = None  # set when a question's answer cannot come
-        self._quiet_since: tuple[DeviceLink, float] | None = None  # listening, nobody spoke since then
 
     def _config_entry(self) -> XiaozhiConfigEntry:
         assert self.platform.config_entry is not None
@@ -196,7 +195,8 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):
             case PipelineEventType.RUN_START:
                 run.tts_token = (data.get("tts_output") or {}).get("token")
             case PipelineEventType.STT_VAD_START:
-                self._quiet_since = None  # someone speaks: the next listening counts anew
+                if (conversation := self.device.conversation_of(run.connection)) is not None:
+                    conversation.heard()  # someone speaks: the next listening counts anew
                 if turn is not None:
                     turn.heard_speech = True
                     if turn.cancel_silence is not None:

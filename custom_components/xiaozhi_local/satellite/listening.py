@@ -137,13 +137,11 @@ class ListeningMixin(TextMixin):
         previous = self._begin(run)  # a new listen start ends what runs (barge-in, a new question)
         wake_phrase, self._wake_phrase = self._wake_phrase, None
         if mode != "manual":
-            # Counted from when the device started listening with nobody speaking since: turns that
-            # end without speech (HA's command limit, a no-text result) do not restart it.
-            timeout = self._config_entry().options.get(CONF_SILENCE_TIMEOUT, DEFAULT_SILENCE_TIMEOUT)
-            now = self.hass.loop.time()
-            if self._quiet_since is None or self._quiet_since[0] is not connection:
-                self._quiet_since = (connection, now)
-            remaining = max(0.0, float(timeout) - (now - self._quiet_since[1]))
+            # Counted from when the device started listening with nobody speaking since, on the
+            # conversation's clock (a client that listens without opening one: the turn's own).
+            timeout = float(self._config_entry().options.get(CONF_SILENCE_TIMEOUT, DEFAULT_SILENCE_TIMEOUT))
+            conversation = self.device.conversation_of(connection)
+            remaining = conversation.listening(self.hass.loop.time(), timeout) if conversation else timeout
 
             @callback
             def silence(_now: Any) -> None:

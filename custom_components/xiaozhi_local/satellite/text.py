@@ -66,6 +66,8 @@ class TextMixin(SatelliteBase):
         """``listen detect`` with text that is not a wake phrase: a typed utterance."""
         run = Run(connection)
         previous = self._begin(run)
+        if (conversation := self.device.conversation_of(connection)) is not None:
+            conversation.heard()  # typing is taking part: silence is counted anew from the next turn
         run.task = self._config_entry().async_create_background_task(
             self.hass, self._async_run_text(run, text, previous), f"xiaozhi_local text {self.device.mac}"
         )

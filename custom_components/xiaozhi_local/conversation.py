@@ -1,0 +1,53 @@
+"""A device's conversation: from the moment its voice channel opens until it closes.
+
+The link that carries a device and its conversations do not live as long as each other:
+
+- over WebSocket the connection *is* the conversation (the device opens it at the wake word and
+  Home Assistant ends it by closing the socket);
+- over MQTT+UDP the link lives from boot to power-off, and each conversation is one audio channel
+  within it: the device's ``hello`` opens it, ``goodbye`` (from either side) ends it.
+
+Everything that belongs to one conversation lives on its ``Conversation`` and dies with it, so
+nothing of one conversation reaches the next on a link that outlives it: the silence clock above
+all (a conversation that ends in silence must not make the next one's timeout zero). The device
+holds its open conversation (``XiaozhiDevice.conversation``); the satellite, the media player,
+the installer and the transport policy read it there, whether the satellite entity exists or not.
+"""
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .link import DeviceLink
+
+
+@dataclass(eq=False, slots=True)
+class Conversation:
+    """One conversation of a device, on the link that carries it."""
+
+    link: DeviceLink
+    opened_at: float
+    """When it opened (the event loop's clock)."""
+    quiet_since: float | None = None
+    """Since when the device has listened with nobody speaking or typing (None: someone did since)."""
+    turns: int = 0
+    """Listening turns started in it."""
+    exchanges: int = 0
+    """Utterances heard and texts typed in it."""
+
+    def listening(self, now: float, timeout: float) -> float:
+        """A listening turn starts at ``now``: seconds left until silence ends the conversation.
+
+        Counted from when the device began listening with nobody speaking since: turns that end
+        without speech (HA's command limit, a result with no text) do not restart the clock, and a
+        new conversation starts it anew.
+        """
+        self.turns += 1
+        if self.quiet_since is None:
+            self.quiet_since = now
+        return max(0.0, timeout - (now - self.quiet_since))
+
+    def heard(self) -> None:
+        """Someone spoke or typed: the next silence is counted from the next listening turn."""
+        self.quiet_since = None
+        self.exchanges += 1

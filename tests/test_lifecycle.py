@@ -1,0 +1,324 @@
+"""A device's life, not an episode: many conversations in a row, each ending its own way.
+
+Time passes between them as it does for a user (``Clock``): longer than the silence timeout,
+so that nothing of one conversation (its silence clock above all) can reach the next. Every
+conversation must be answered or end on time, and nothing may grow with use: tasks, OS threads
+(PyAV's native ones too), file descriptors, child processes.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+import gc
+import json
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+from homeassistant.core import HomeAssistant
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.xiaozhi_local.const import DEFAULT_SILENCE_TIMEOUT
+from custom_components.xiaozhi_local.hub import XiaozhiHub
+from xiaozhi_sim import SimulatedDevice, SimulatorOptions
+from xiaozhi_sim.mqtt import MqttDevice
+
+from .conftest import CLIENT_ID, MAC, DeviceFactory, mqtt_online, served_hub, wait_for, wait_settled, ws_url
+from .helpers import Clock, announce, resources
+from .voice import Voice, speech_pcm
+
+TIMEOUT = DEFAULT_SILENCE_TIMEOUT
+BETWEEN = 45.0
+"""Seconds a user waits between two conversations (longer than the silence timeout)."""
+
+
+@pytest.fixture(autouse=True)
+def no_cyclic_gc() -> Iterator[None]:
+    """Python's cyclic garbage collector off, as it is in effect for long-lived objects in Home
+    Assistant (a full collection is rare): whatever only it would release counts as kept."""
+    gc.disable()
+    yield
+    gc.enable()
+
+
+@pytest.fixture
+def clock(hass: HomeAssistant) -> Iterator[Clock]:
+    moved = Clock(hass)
+    yield moved
+    moved.restore()
+
+
+@pytest.fixture
+async def hub(hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]) -> XiaozhiHub:
+    return await served_hub(hass, setup_integration, client)
+
+
+@pytest.fixture
+async def mqtt_device(hub: XiaozhiHub, client: TestClient[Any, Any]) -> AsyncIterator[MqttDevice]:
+    device = await mqtt_online(hub, client)
+    yield device
+    await device.drop()
+
+
+def goodbyes(device: SimulatedDevice) -> int:
+    return device.count(lambda m: m.get("type") == "goodbye")
+
+
+async def no_goodbye_yet(device: SimulatedDevice, before: int) -> None:
+    """The conversation is still open: the server has not ended it."""
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+    assert goodbyes(device) == before, "the conversation was ended at once"
+    assert device.audio_channel_open  # type: ignore[attr-defined]
+
+
+async def silence_ends_it(device: MqttDevice, clock: Clock, before: int) -> None:
+    """Nobody speaks: not before the silence timeout, then ``goodbye``."""
+    await clock.advance(TIMEOUT - 3)
+    await no_goodbye_yet(device, before)
+    marker = len(device.log)
+    await clock.advance(4)
+    await device.wait_message(lambda m: m.get("type") == "goodbye", timeout=5, after=marker)
+    assert goodbyes(device) == before + 1
+    assert not device.audio_channel_open
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    """Until ``predicate()`` holds (state no listener is told of, such as the satellite's run)."""
+    async with asyncio.timeout(10):
+        while not predicate():  # noqa: ASYNC110 - nothing announces it
+            await asyncio.sleep(0.01)
+
+
+async def listening_again(device: SimulatedDevice, sent: int) -> None:
+    """After its reply an auto-mode device listens again (``listen start``); the server has it."""
+    await until(lambda: any(m.get("type") == "listen" and m.get("state") == "start" for m in device.sent[sent:]))
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+
+
+async def answered(device: SimulatedDevice, marker: int) -> None:
+    """The question after ``marker`` was heard (``stt``), answered, and the answer played out."""
+    stt = await device.wait_message(lambda m: m.get("type") == "stt", 30, after=marker)
+    heard = next(i for i in range(marker, len(device.log)) if device.log[i] is stt)
+    await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 30, after=heard)
+    assert any(m.get("type") == "llm" for m in device.log[heard:]), device.log[marker:]
+
+
+async def test_mqtt_device_through_twenty_conversations(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, mqtt_device: MqttDevice, clock: Clock
+) -> None:
+    """The default transport: the link outlives its conversations; each one starts anew.
+
+    Endings in turn: a reply and then silence (the firmware listens again after its reply), a
+    false wake (silence only), a reply then the device's own goodbye, an abort while it speaks,
+    and push-to-talk. Before each, the user waits longer than the silence timeout.
+    """
+    device = mqtt_device
+    xdev = hub.devices[MAC]
+    endings = ["reply", "false_wake", "device_goodbye", "abort", "push_to_talk"]
+    baseline: dict[str, int] | None = None
+    for index in range(20):
+        ending = endings[index % len(endings)]
+        await clock.advance(BETWEEN)
+        before = goodbyes(device)
+        marker = len(device.log)
+        await device.connect()  # the wake word: hello, the UDP channel
+        assert xdev.conversation is not None
+        assert xdev.conversation.link is xdev.connection
+        if ending == "false_wake":
+            await device.send_json(
+                {"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"}
+            )
+            await until(lambda: xdev.voice is not None and xdev.voice.busy)
+            await no_goodbye_yet(device, before)
+            await silence_ends_it(device, clock, before)
+        elif ending == "reply":
+            device.relisten = True  # after the reply it listens again, and nobody speaks
+            await device.say(speech_pcm())
+            sent = len(device.sent)
+            await answered(device, marker)
+            await listening_again(device, sent)
+            await silence_ends_it(device, clock, before)
+        elif ending == "device_goodbye":
+            device.relisten = False
+            await device.say(speech_pcm())
+            await answered(device, marker)
+            await device.goodbye()
+        elif ending == "abort":
+            device.relisten = False
+            await device.say(speech_pcm())
+            await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "start", 30, after=marker)
+            await device.abort()
+            await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 10, after=marker)
+            await device.goodbye()
+        else:  # push-to-talk: held, spoken, released; idle after the reply, ended by the idle timeout
+            device.relisten = False
+            await device.say(speech_pcm(), mode="manual")
+            await answered(device, marker)
+            await device.goodbye()
+        await wait_for(xdev, lambda d: d.conversation is None and not (d.voice is not None and d.voice.busy))
+        await hass.async_block_till_done(wait_background_tasks=True)
+        if index == len(endings) - 1:
+            baseline = resources()  # once each ending ran (the codec thread and HA's caches exist)
+    assert baseline is not None
+    after = resources()
+    assert after["tasks"] <= baseline["tasks"], (baseline, after)
+    assert after["threads"] <= baseline["threads"] + 1, (baseline, after)
+    assert after["fds"] <= baseline["fds"] + 2, (baseline, after)
+    assert after["children"] == 0
+    assert xdev.connection is not None  # the link lived through all of them
+
+
+async def test_typed_text_counts_as_taking_part(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_device: DeviceFactory, clock: Clock
+) -> None:
+    """A browser page listens (auto), types a question, then speaks 10 s after the reply: answered.
+
+    Typing takes part in the conversation: silence is counted anew from it, not from when the
+    page began listening.
+    """
+    device = await make_device(flavor="browser")
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    await device.send_json({"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"})
+    await until(lambda: xdev.voice is not None and xdev.voice.busy)  # the server has it
+    await clock.advance(TIMEOUT - 5)
+    marker, sent = len(device.log), len(device.sent)
+    await device.type_text("what time is it")
+    await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 30, after=marker)
+    await listening_again(device, sent)  # the page listens on after the reply
+    await clock.advance(10)  # over the timeout since it began listening; far less since it typed
+    for _ in range(10):
+        await asyncio.sleep(0.01)
+    assert not device.closed.is_set(), "the page was disconnected for silence although it typed"
+    assert xdev.connection is not None
+    marker = len(device.log)
+    await device.say(speech_pcm(), start=False)
+    await answered(device, marker)
+    assert not device.closed.is_set()
+
+
+async def test_pairing_sessions_leave_nothing_behind(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, client: TestClient[Any, Any]
+) -> None:
+    """xiaozhi-sdk asks to be told its code, again and again: each session speaks it (TTS,
+    resampled, encoded) and closes; threads, tasks and descriptors stay where they were."""
+    new_mac = "aa:bb:cc:00:11:22"
+    headers = {"Device-Id": new_mac, "Client-Id": CLIENT_ID, "Content-Type": "application/json"}
+    resp = await client.post("/api/xiaozhi_local/ota/", data=json.dumps({"version": 2}), headers=headers)
+    token = (await resp.json())["websocket"]["token"]
+    baseline: dict[str, int] | None = None
+    for index in range(12):
+        sdk = SimulatedDevice(
+            SimulatorOptions(url=ws_url(client), token=token, mac=new_mac, client_id=CLIENT_ID, flavor="xiaozhi-sdk")
+        )
+        await sdk.connect()
+        await sdk.wait_closed()
+        assert sdk.audio  # the code was spoken
+        await sdk.drop()
+        await hass.async_block_till_done(wait_background_tasks=True)
+        if index == 1:
+            baseline = resources()
+    assert baseline is not None
+    after = resources()
+    assert after["threads"] <= baseline["threads"] + 1, (baseline, after)
+    assert after["tasks"] <= baseline["tasks"], (baseline, after)
+    assert after["fds"] <= baseline["fds"] + 2, (baseline, after)
+    assert after["children"] == 0
+
+
+async def test_idle_announcements_by_notify_leave_nothing_behind(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, client: TestClient[Any, Any]
+) -> None:
+    """Firmware 2.5 idle: each announcement is an Ogg Opus stream it fetches (``notify``)."""
+    device = await mqtt_online(hub, client, firmware_version="2.5.0")
+    baseline: dict[str, int] | None = None
+    try:
+        for index in range(10):
+            fetched = len(device.notify_tasks)
+            await announce(hass, f"N{index}")
+            assert len(device.notify_tasks) == fetched + 1
+            await asyncio.gather(*device.notify_tasks)
+            assert device.notify_status[-1] == 200
+            await hass.async_block_till_done(wait_background_tasks=True)
+            if index == 1:
+                baseline = resources()
+        assert len(device.notify_pcm) > 0  # spoken: the sim decoded what it fetched
+        assert baseline is not None
+        after = resources()
+        assert after["threads"] <= baseline["threads"] + 1, (baseline, after)
+        assert after["tasks"] <= baseline["tasks"], (baseline, after)
+        assert after["fds"] <= baseline["fds"] + 2, (baseline, after)
+    finally:
+        await device.drop()
+
+
+@pytest.mark.parametrize("flavor", ["firmware", "py-xiaozhi", "browser", "xiaozhi-sdk"])
+async def test_websocket_clients_through_many_conversations(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_device: DeviceFactory, clock: Clock, flavor: str
+) -> None:
+    """Per conversation (a connection each), every client flavour, every way a conversation ends:
+    a reply then silence, a false wake, typed text only, an abort while it speaks, a barge-in (a
+    new question while it speaks), push-to-talk (then the idle timeout). Each one answered or ended
+    on time; nothing left behind."""
+    from custom_components.xiaozhi_local.const import DEFAULT_IDLE_TIMEOUT
+
+    xdev = hub.devices[MAC]
+    endings = ["reply", "false_wake", "typed", "abort", "barge_in", "push_to_talk"]
+    baseline: dict[str, int] | None = None
+    for index in range(12):
+        ending = endings[index % len(endings)]
+        await clock.advance(BETWEEN)
+        device = await make_device(flavor=flavor)
+        await wait_settled(xdev)
+        assert xdev.conversation is not None
+        assert xdev.conversation.link is xdev.connection
+        marker = len(device.log)
+        if ending == "false_wake":
+            await device.send_json(
+                {"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"}
+            )
+            await until(lambda: xdev.voice is not None and xdev.voice.busy)
+            await clock.advance(TIMEOUT - 3)
+            assert not device.closed.is_set(), "the conversation was ended at once"
+            await clock.advance(4)
+        elif ending == "reply":
+            sent = len(device.sent)
+            await device.say(speech_pcm())
+            await answered(device, marker)
+            if flavor != "browser":  # the page streams on instead of a new listen start
+                await listening_again(device, sent)
+            await clock.advance(TIMEOUT + 1)
+        elif ending == "typed":
+            await device.type_text("what time is it")
+            await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 30, after=marker)
+            await device.drop()
+        elif ending in ("abort", "barge_in"):
+            device.relisten = False
+            await device.say(speech_pcm())
+            await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "start", 30, after=marker)
+            # The button (abort), or the wake word while it speaks (barge-in): the firmware aborts
+            # the speech, and with the wake word asks the next question at once.
+            await device.abort(None if ending == "abort" else "wake_word_detected")
+            await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 10, after=marker)
+            if ending == "barge_in":
+                again = len(device.log)
+                await device.say(speech_pcm())
+                await answered(device, again)
+            await device.drop()
+        else:  # held, spoken, released; idle after the reply; the idle timeout closes it
+            device.relisten = False
+            await device.say(speech_pcm(), mode="manual")
+            await answered(device, marker)
+            await clock.advance(DEFAULT_IDLE_TIMEOUT + 1)
+        await device.wait_closed()
+        await wait_for(xdev, lambda d: d.connection is None and d.conversation is None)
+        await hass.async_block_till_done(wait_background_tasks=True)
+        if index == len(endings) - 1:
+            baseline = resources()
+    assert baseline is not None
+    after = resources()
+    assert after["tasks"] <= baseline["tasks"], (baseline, after)
+    assert after["threads"] <= baseline["threads"] + 1, (baseline, after)
+    assert after["fds"] <= baseline["fds"] + 2, (baseline, after)
+    assert after["children"] == 0
