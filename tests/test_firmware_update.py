@@ -389,6 +389,10 @@ async def test_files_that_are_not_for_the_device_are_never_offered(
     assert caplog.text.count(f"{BOARD}_2.7.0.bin") == 1  # said once, not at every check
     await offered(hass, "2.5.0")
     assert caplog.text.count(f"{BOARD}_2.7.0.bin") == 1
+    # Refused for this board's chip or project: also said once per file, not at every rescan.
+    assert caplog.text.count(f"{BOARD}_2.6.0.bin") == 1
+    assert caplog.text.count(f"{BOARD}_3.0.0.bin") == 1
+    assert "esp32c3" in refused[f"{BOARD}_2.6.0.bin for {BOARD}"]  # still in the diagnostics
     for version in ("2.6.0", "2.7.0", "2.8.0", "3.0.0", "9.0.0"):
         with pytest.raises(HomeAssistantError, match=f"No firmware source offers version {version}"):
             await install(hass, version)
@@ -453,17 +457,28 @@ async def test_a_device_on_a_low_battery_is_not_upgraded(
     assert device.upgrades[0]["result"] == "ok"
 
 
-async def test_an_offline_always_connected_device_is_refused(
-    hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory, firmware_dir: Path
+async def test_an_always_connected_device_that_is_off_gets_it_when_switched_on(
+    hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory, firmware_dir: Path, client: TestClient[Any, Any]
 ) -> None:
+    """Off: the install waits, visibly, and its boot-time OTA answer carries the firmware."""
     put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0"))
     device = await make_mqtt()
     await online(hub)
     await offered(hass, "2.5.0")
-    await device.drop()
+    await device.drop()  # switched off
     await wait_for(hub.devices[MAC], lambda d: not d.connected)
-    with pytest.raises(HomeAssistantError, match="Kitchen is offline"):
-        await install(hass)
+    task = hass.async_create_task(install(hass))
+    state = await wait_entity(hass, ENTITY, lambda s: s.attributes["in_progress"] is True)
+    assert hub.firmware.jobs[MAC].phase == "waiting"
+    assert "next start" in state.attributes["release_summary"]  # the entity says what it waits for
+    boots = device.boots
+    await device.boot_mqtt(ota_url(client), timing=FAST)  # switched on: the OTA check installs it
+    await task
+    assert device.upgrades[-1]["result"] == "ok"
+    await device.wait_boots(boots + 1)  # its check after the flash reports 2.5.0
+    state = await wait_entity(hass, ENTITY, lambda s: s.attributes["installed_version"] == "2.5.0")
+    assert state.state == "off"
+    assert "next start" not in (state.attributes["release_summary"] or "")
 
 
 # -- failures ---------------------------------------------------------------------------------
@@ -922,3 +937,82 @@ async def test_two_devices_install_at_once_from_one_shared_copy(
     assert hub.firmware.images_read == 1  # one copy of the image served both downloads
     assert first.options.firmware_version == second.options.firmware_version == "2.5.0"
     assert not hub.firmware._data  # released after the last download
+
+
+async def test_an_image_larger_than_the_devices_app_partition_is_never_offered_or_sent(
+    hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory, firmware_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The device reports its partition table at every OTA check: an image that cannot fit its next
+    app slot is refused before anything is sent, with the reason; one that fits is offered."""
+    put(firmware_dir, f"{BOARD}_2.6.0.bin", build_image("2.6.0", size=200_000))
+    put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0", size=90_000))
+    device = await make_mqtt(app_partition=128 * 1024)
+    await online(hub)
+    facts = hub.devices[MAC].facts
+    assert facts is not None
+    assert facts.app_slot == 128 * 1024
+    await offered(hass, "2.5.0")  # the newest that fits, not 2.6.0
+    reason = hub.firmware.local.refused[f"{BOARD}_2.6.0.bin for {BOARD}"]
+    assert "larger than the device's app partition (131072 bytes)" in reason
+    assert f"{BOARD}_2.6.0.bin is not offered to {BOARD} devices: the image (" in caplog.text
+    with pytest.raises(HomeAssistantError, match=r"No firmware source offers version 2\.6\.0"):
+        await install(hass, "2.6.0")
+    assert not device.upgrades  # nothing was sent
+    await install(hass, "2.5.0")
+    assert device.upgrades[-1]["result"] == "ok"
+
+
+async def test_a_device_that_stops_reading_is_reported_as_a_stall_at_the_stall(
+    hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory, firmware_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It stops reading after its first page, connected: the kernel's buffers still take what is
+    sent, and acknowledge it. Not an image it rejected: a stall, said when it stalls."""
+    monkeypatch.setattr(updates, "STALL_TIMEOUT", 0.5)
+    monkeypatch.setattr(updates, "REFUSE_GRACE", 1.0)
+    put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0", size=300_000))
+    device = await make_mqtt(reboots=False)
+    await online(hub)
+    await offered(hass, "2.5.0")
+    device.power_cut.set()  # set before: it reads one page, then nothing more (its socket stays)
+    with pytest.raises(HomeAssistantError, match="was interrupted") as err:
+        await install(hass)
+    assert "stalled" in str(err.value)
+    assert "rejected" not in str(err.value)
+    state = hass.states.get(ENTITY)
+    assert state is not None
+    assert state.attributes["in_progress"] is False
+    assert "stalled" in state.attributes["release_summary"]
+    await device.drop()
+    await hass.async_block_till_done(wait_background_tasks=True)
+
+
+async def test_a_websocket_device_gets_waiting_firmware_at_the_end_of_a_normal_conversation(
+    hass: HomeAssistant,
+    firmware_dir: Path,
+    ready: Voice,
+    hub: XiaozhiHub,
+    make_ws: Callable[[], Awaitable[SimulatedDevice]],
+) -> None:
+    """Installed while it was away; then it is woken and talked to in auto mode, and nobody says
+    more: Home Assistant ends that conversation by restarting it, and its boot installs."""
+    from .helpers import Clock
+
+    put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0"))
+    device = await make_ws()
+    await offered(hass, "2.5.0")
+    task = hass.async_create_task(install(hass))
+    await wait_entity(hass, ENTITY, lambda s: s.attributes["in_progress"] is True)
+    await device.connect()  # the wake word
+    marker = len(device.log)
+    await device.say(speech_pcm())  # a question, answered; it listens again, and nobody speaks
+    await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 30, after=marker)
+    clock = Clock(hass)
+    try:
+        await clock.advance(30)  # the silence timeout
+        await device.wait_message(lambda m: m.get("type") == "system", after=marker)  # restarted, not closed
+    finally:
+        clock.restore()
+    await task
+    assert device.upgrades[-1]["result"] == "ok"
+    state = await wait_entity(hass, ENTITY, lambda s: s.attributes["installed_version"] == "2.5.0")
+    assert state.state == "off"

@@ -134,7 +134,8 @@ async def run(args: argparse.Namespace) -> int:
         options.client_id = args.client_id
     device = SimulatedDevice(options)  # one device: its NVS survives reconnects, as in flash
     print_heard(device)
-    if args.per_conversation:
+    if args.per_conversation or (args.type_from and args.ota):
+        # Stock firmware on WebSocket connects per conversation (a device switched to WebSocket too).
         return await run_per_conversation(args, device)
     needs_boot = bool(args.ota)
     delay = 1.0
@@ -170,17 +171,39 @@ async def run(args: argparse.Namespace) -> int:
 
 
 async def run_per_conversation(args: argparse.Namespace, device: SimulatedDevice) -> int:
-    """Boot (OTA), then stay idle without a socket; each typed question opens one, as a wake word does."""
-    if args.ota:
-        answer = await device.check_ota(args.ota, on_code=_print_code)
-        if "mqtt" in answer:
-            return await run_mqtt(args, device.options, answer["mqtt"])
-        device.use_websocket_settings()
-    print(f"{device.options.mac} is idle; it connects when woken", flush=True)
-    if not args.type_from:
-        await asyncio.Event().wait()
-    await type_questions(device, args.type_from, per_conversation=True)
-    return 0
+    """Boot (OTA), then stay idle without a socket; each typed question opens one, as a wake word does.
+
+    Restarted (told to, or after a firmware upgrade) it boots again: the OTA check, where an
+    answer with ``firmware`` is installed, and it is on the version it then runs.
+    """
+    typing: asyncio.Task[None] | None = None
+    try:
+        while True:
+            device.restarts.clear()
+            if args.ota:
+                answer = await device.check_ota(args.ota, on_code=_print_code)
+                if "mqtt" in answer:
+                    break  # told to use MQTT+UDP: that device takes over (and the questions)
+                device.use_websocket_settings()
+            if typing is None and args.type_from:
+                typing = asyncio.create_task(type_questions(device, args.type_from, per_conversation=True))
+            version = device.options.firmware_version
+            print(f"{device.options.mac} is idle on {version}; it connects when woken", flush=True)
+            await device.restarts.wait()
+            await asyncio.sleep(0.5)  # (its socket drops first)
+            await device.drop()
+            print(f"{device.options.mac} restarts", flush=True)
+    finally:
+        await _stop(typing)
+    await device.drop()
+    return await run_mqtt(args, device.options, answer["mqtt"])
+
+
+async def _stop(task: asyncio.Task[None] | None) -> None:
+    """End a device's question reader before another device (after a restart) takes the pipe."""
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def _wake(device: SimulatedDevice) -> None:
@@ -202,7 +225,16 @@ async def type_questions(device: SimulatedDevice, path: str, *, per_conversation
     # Opened for reading and writing: never blocks, and never sees end-of-file between writers.
     pipe = os.fdopen(os.open(path, os.O_RDWR | os.O_NONBLOCK), "rb", buffering=0)
     reader = asyncio.StreamReader()
-    await asyncio.get_running_loop().connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), pipe
+    )
+    try:
+        await _answer_questions(device, reader, per_conversation=per_conversation)
+    finally:
+        transport.close()  # a restarted device opens it anew
+
+
+async def _answer_questions(device: SimulatedDevice, reader: asyncio.StreamReader, *, per_conversation: bool) -> None:
     while True:
         line = (await reader.readline()).decode(errors="replace").strip()
         if not line:
@@ -210,7 +242,9 @@ async def type_questions(device: SimulatedDevice, path: str, *, per_conversation
         try:
             await _wake(device)
             marker, heard = len(device.log), len(device.speaker_pcm)
-            device.relisten = False
+            # After the answer it listens on, as the firmware does in auto mode, until Home Assistant
+            # ends the conversation (silence): goodbye over MQTT, the socket closed over WebSocket.
+            device.relisten = True
             ASKING.add(device.options.mac)
             await device.type_text(line)
             await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 60, after=marker)
@@ -222,8 +256,8 @@ async def type_questions(device: SimulatedDevice, path: str, *, per_conversation
         said = " ".join(m["text"] for m in device.log[marker:] if m.get("state") == "sentence_start")
         seconds = (len(device.speaker_pcm) - heard) / 2 / 24000
         print(f'you typed: "{line}"; Home Assistant said: "{said}" ({seconds:.1f} s of speech)', flush=True)
-        if per_conversation:  # the conversation is over: the device goes idle, its socket with it
-            await device.drop()
+        if per_conversation:  # Home Assistant ends the conversation: the socket closes, it is idle
+            await device.wait_closed()
             print(f"{device.options.mac} is idle again (disconnected)", flush=True)
 
 
@@ -233,13 +267,17 @@ async def run_mqtt(args: argparse.Namespace, options: SimulatorOptions, mqtt: di
     print_heard(device)
     typing = asyncio.create_task(type_questions(device, args.type_from)) if args.type_from else None
     try:
-        return await _stay_online(args, device)
+        code = await _stay_online(args, device)
     finally:
-        if typing is not None:
-            typing.cancel()
+        await _stop(typing)
+    if code is None:  # restarted: boots again (the OTA check), as a new device on its flash
+        await device.drop()
+        return await run(args)
+    return code
 
 
-async def _stay_online(args: argparse.Namespace, device: MqttDevice) -> int:
+async def _stay_online(args: argparse.Namespace, device: MqttDevice) -> int | None:
+    """Online until it ends: its exit code, or None when it restarted."""
     options = device.options
     while True:
         try:
@@ -257,7 +295,7 @@ async def _stay_online(args: argparse.Namespace, device: MqttDevice) -> int:
             print("disconnected", flush=True)
             if device.rebooted:
                 print("rebooting", flush=True)
-                return await run(args)  # power-cycle: the OTA check runs again
+                return None  # power-cycle: the OTA check runs again
             if not args.reconnect:
                 return 0
         await asyncio.sleep(args.mqtt_reconnect)

@@ -39,6 +39,7 @@ from .firmware import FlashedImage, UpgradeFailed, download_and_flash, firmware_
 from .mcp_server import McpServer, is_v25
 from .ota import OtaClient, OtaError, OtaTiming
 from .tools import (
+    APP_PARTITION,
     DeviceState,
     add_common_tools,
     add_extra_tools,
@@ -99,6 +100,8 @@ class SimulatorOptions:
     kept across boots, as the firmware does) and what OTA answers stored. None: kept in memory."""
     chip: str = "esp32s3"
     """``chip_model_name``: the chip its images must be built for."""
+    app_partition: int = APP_PARTITION
+    """Bytes of each app slot in its partition table (an image larger than it cannot be flashed)."""
     upgrade_delay: float = 4.0
     """Seconds ``UpgradeFirmware`` waits before its download (its alert 3 s, then 1 s)."""
     download_delay: float = 0.0
@@ -122,7 +125,12 @@ class SimulatedDevice:
         if isinstance(running, str) and running:
             options.firmware_version = running
         self.system_info = system_info(
-            options.mac, options.client_id, options.board, options.firmware_version, options.chip
+            options.mac,
+            options.client_id,
+            options.board,
+            options.firmware_version,
+            options.chip,
+            app_size=options.app_partition,
         )
         self.mcp = McpServer(options.board, options.firmware_version, errors_as_results=options.flavor == "py-xiaozhi")
         self.frame_ms = options.frame_ms or (20 if options.flavor == "py-xiaozhi" else 60)
@@ -170,6 +178,9 @@ class SimulatedDevice:
         self.notify_pcm = bytearray()  # what notify played (24 kHz)
         self.closed = asyncio.Event()
         self.rebooted = False
+        self._power_off_timer: asyncio.TimerHandle | None = None
+        self.restarts = asyncio.Event()
+        """Set at each restart (``esp_restart``): a runner that boots the device itself waits for it."""
         self._ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
         self.on_mcp_request: Callable[[Any], None] | None = None
@@ -345,6 +356,7 @@ class SimulatedDevice:
                 self.options.chip,
                 on_progress=progress,
                 fail_flash=self.options.fail_flash,
+                partition=self.options.app_partition,
                 read_delay=self.options.download_delay,
                 frozen=self.power_cut,
             )
@@ -712,6 +724,9 @@ class SimulatedDevice:
 
     async def drop(self) -> None:
         """End the session the firmware's way: close TCP, no Close frame."""
+        if self._power_off_timer is not None:  # (what it would do, done now)
+            self._power_off_timer.cancel()
+            self._power_off_timer = None
         await self._stop_power_cycle()
         if self._ws is not None:
             self._ws.transport.abort()
@@ -727,10 +742,26 @@ class SimulatedDevice:
 
     def _schedule_reboot(self) -> None:
         self.rebooted = True
+        self.restarts.set()
         self.device_state = "idle"  # a restart clears every state, "upgrading" too
-        if self._ws is not None:
-            asyncio.get_running_loop().call_later(0.1, self._ws.transport.abort)
+        if self._power_off_timer is not None:
+            self._power_off_timer.cancel()
+            self._power_off_timer = None
+        if self._ws is not None or self._reader is not None:  # a connection to drop
+            self._power_off_timer = asyncio.get_running_loop().call_later(0.1, self._power_off)
         self._restart_later()
+
+    def _power_off(self) -> None:
+        """``esp_restart``: the socket drops, and every task stops where it is.
+
+        The upgrade tool, which never returns on success, included.
+        """
+        self._power_off_timer = None
+        if self._ws is not None:
+            self._ws.transport.abort()
+        if self._reader is not None:
+            self._reader.cancel()
+        self.closed.set()
 
     async def _stop_power_cycle(self) -> None:
         """Switched off for good (the test's end): a reboot under way does not boot it again."""

@@ -163,6 +163,7 @@ async def download_and_flash(
     fail_flash: bool = False,
     read_delay: float = 0.0,
     frozen: asyncio.Event | None = None,
+    partition: int | None = None,
 ) -> FlashedImage:
     """``Ota::Upgrade``: GET, 200 and a Content-Length, 4 KiB pages, magic on the first write, verify.
 
@@ -187,6 +188,8 @@ async def download_and_flash(
                 if not written and page and page[0] != 0xE9:
                     raise UpgradeFailed("Failed to write OTA data: ESP_ERR_OTA_VALIDATE_FAILED")
                 written += page
+                if partition is not None and len(written) > partition:  # esp_ota_write past the slot
+                    raise UpgradeFailed("Failed to write OTA data: ESP_ERR_INVALID_SIZE")
                 if on_progress is not None:
                     on_progress(len(written), total)
                 if not page:

@@ -521,10 +521,21 @@ class MqttDevice(SimulatedDevice):
             super()._schedule_reboot()
             return
         self.rebooted = True
+        self.restarts.set()
         self.device_state = "idle"
-        if self._writer is not None:
-            self._reboot_timer = asyncio.get_running_loop().call_later(0.1, self._writer.transport.abort)
+        self._reboot_timer = asyncio.get_running_loop().call_later(0.1, self._power_off_mqtt)
         self._restart_later()
+
+    def _power_off_mqtt(self) -> None:
+        """``esp_restart``: the MQTT socket drops and its loop stops, wherever it waits.
+
+        The upgrade tool that runs in the loop never returns: only this ends it.
+        """
+        self._reboot_timer = None
+        if self._writer is not None:
+            self._writer.transport.abort()
+        if self._mqtt_task is not None and self._mqtt_task is not asyncio.current_task():
+            self._mqtt_task.cancel()
 
     async def _close_audio_channel(self) -> None:
         """``CloseAudioChannel`` before an upgrade: the UDP channel goes (with a goodbye); MQTT stays."""

@@ -132,7 +132,10 @@ class OtaClient:
 
     async def _check(self, session: aiohttp.ClientSession) -> dict[str, Any]:
         self.log.checks += 1
-        body = json.dumps(self.device.system_info, separators=(",", ":"))
+        info = self.device.system_info
+        if self.device.options.flavor == "py-xiaozhi":  # a desktop: its application and board, no flash
+            info = {"application": info["application"], "board": info["board"]}
+        body = json.dumps(info, separators=(",", ":"))
         try:
             async with session.post(self.ota_url, data=body, headers=self.headers()) as resp:
                 if resp.status != 200:

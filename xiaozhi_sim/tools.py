@@ -301,7 +301,29 @@ def add_user_only_tools(
         server.add_tool(tool)
 
 
-def system_info(mac: str, uuid: str, board: str, version: str, chip: str = "esp32s3") -> dict[str, Any]:
+APP_PARTITION = 0x3F0000
+"""Each app slot of the firmware's 16 MB layout (``partitions/v2/16m.csv``)."""
+
+
+def partition_table(app_size: int = APP_PARTITION) -> list[dict[str, Any]]:
+    """``Board::GetSystemInfoJson``'s ``partition_table``: the firmware's 16 MB layout (two app slots)."""
+    rows = [
+        ("nvs", 1, 2, 0x9000, 0x4000),
+        ("otadata", 1, 0, 0xD000, 0x2000),
+        ("phy_init", 1, 1, 0xF000, 0x1000),
+        ("ota_0", 0, 0x10, 0x20000, app_size),
+        ("ota_1", 0, 0x11, 0x20000 + app_size, app_size),
+        ("assets", 1, 0x82, 0x800000, 0x800000),
+    ]
+    return [
+        {"label": label, "type": kind, "subtype": subtype, "address": address, "size": size}
+        for label, kind, subtype, address, size in rows
+    ]
+
+
+def system_info(
+    mac: str, uuid: str, board: str, version: str, chip: str = "esp32s3", *, app_size: int = APP_PARTITION
+) -> dict[str, Any]:
     """The OTA body / ``self.get_system_info`` JSON (abridged, real keys)."""
     return {
         "version": 2,
@@ -319,7 +341,7 @@ def system_info(mac: str, uuid: str, board: str, version: str, chip: str = "esp3
             "idf_version": "v6.0",
             "elf_sha256": "0" * 64,
         },
-        "partition_table": [{"label": "nvs", "type": 1, "subtype": 2, "address": 36864, "size": 16384}],
+        "partition_table": partition_table(app_size),
         "ota": {"label": "ota_0"},
         "display": {"monochrome": False, "width": 240, "height": 240},
         "board": {

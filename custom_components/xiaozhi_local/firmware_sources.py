@@ -136,7 +136,10 @@ class LocalFolder:
         self.folder = folder
         self._known: dict[str, tuple[tuple[int, int], LocalFile]] = {}
         self.refused: dict[str, str] = {}
-        """File name → why it is not offered (diagnostics)."""
+        """File name (``<file> for <board>`` when only that board's devices refuse it) → why it is
+        not offered (diagnostics). Each is logged once, until the file or the reason changes."""
+        self._refused_as: dict[str, str] = {}
+        """``<file> for <board>`` → the file name whose refusal it is: gone with the file."""
 
     def scan(self) -> list[LocalFile]:
         """Every well-named file of the folder, each checked (blocking: run it in the executor)."""
@@ -165,6 +168,9 @@ class LocalFolder:
                 except (FirmwareError, OSError) as err:
                     local.error = str(err)
                 known = self._known[entry.name] = (stamp, local)
+                for key in [key for key, name in self._refused_as.items() if name == entry.name]:
+                    del self._refused_as[key]  # a new file: its fit for each board is judged anew
+                    self.refused.pop(key, None)
                 if local.error is not None:
                     self._refuse(entry.name, local.error)
                 else:
@@ -172,8 +178,9 @@ class LocalFolder:
             files.append(known[1])
         for gone in [name for name in self._known if name not in seen]:
             del self._known[gone]
-        for gone in [name for name in self.refused if name not in seen]:
+        for gone in [key for key in self.refused if self._refused_as.get(key, key) not in seen]:
             del self.refused[gone]
+            self._refused_as.pop(gone, None)
         return files
 
     def current(self, path: Path, sha256: str) -> AppImage:
@@ -207,6 +214,7 @@ class LocalFolder:
                 if self.refused.get(key) != str(err):
                     _LOGGER.warning("Firmware file %s is not offered to %s devices: %s", local.name, facts.board, err)
                 self.refused[key] = str(err)
+                self._refused_as[key] = local.name
                 continue
             offers.append(
                 Offer(local.image.version, Source.LOCAL, summary=local.name, path=local.path, image=local.image)

@@ -84,7 +84,9 @@ class XiaozhiFirmwareUpdate(XiaozhiEntity, UpdateEntity):
 
     @property
     def release_summary(self) -> str | None:
-        """Why the last install failed, while that is news; else the release's title or file."""
+        """What an install waits for; why the last one failed, while that is news; else the release."""
+        if (waiting := self.updates.waiting_for(self.device)) is not None:
+            return waiting
         if (error := self.updates.last_error.get(self.device.mac)) is not None:
             return error
         offer = self._offer
@@ -108,17 +110,24 @@ class XiaozhiFirmwareUpdate(XiaozhiEntity, UpdateEntity):
         return job.percentage if job is not None else None
 
     async def async_release_notes(self) -> str | None:
-        """The release's notes, or where the firmware comes from."""
+        """The release's notes, or where the firmware comes from; first why the last install failed.
+
+        The update dialog shows these notes (not the summary) for an entity that has them: the
+        reason of a failed install is seen there, at the top, until the next install.
+        """
         offer = self._offer
+        error = self.updates.last_error.get(self.device.mac)
         if offer is None:
-            return None
-        if offer.notes:
-            return offer.notes
-        return {
-            Source.LOCAL: f"Local file `{offer.summary}`.",
-            Source.VENDOR: "From the device vendor's update channel.",
-            Source.RELEASES: "From the firmware project's releases.",
-        }[offer.source]
+            return f"**{error}**" if error else None
+        notes = (
+            offer.notes
+            or {
+                Source.LOCAL: f"Local file `{offer.summary}`.",
+                Source.VENDOR: "From the device vendor's update channel.",
+                Source.RELEASES: "From the firmware project's releases.",
+            }[offer.source]
+        )
+        return f"**{error}**\n\n{notes}" if error else notes
 
     async def async_install(self, version: str | None, backup: bool, **kwargs: Any) -> None:
         """Install it and wait until the device runs it (or raise why not)."""

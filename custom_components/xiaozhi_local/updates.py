@@ -87,7 +87,7 @@ FETCH_TIMEOUT: Final = 60.0
 BOOT_FETCH_TIMEOUT: Final = 180.0
 """Seconds a restarted device has to boot, check OTA and start the download."""
 OFFLINE_WAIT: Final = 24 * 3600.0
-"""Seconds an install for a device that connects only to talk waits for it to appear."""
+"""Seconds an install waits for a device that is away (per conversation) or off to appear."""
 CONNECT_GRACE: Final = 2.0
 """Seconds given to a device that just connected to start the turn its wake word began."""
 STALL_TIMEOUT: Final = 30.0
@@ -182,7 +182,10 @@ class FirmwareUpdates:
         """By MAC: what the sources offered at the last check (newest first)."""
         self.jobs: dict[str, InstallJob] = {}
         self.last_error: dict[str, str] = {}
-        """By MAC: why the last install failed (shown on the entity until the next one)."""
+        """By MAC: why the last install failed (shown on the entity until the next one, or until the
+        device reports another version than it ran then)."""
+        self._failed_on: dict[str, str | None] = {}
+        """By MAC: the version the device ran when its last install failed."""
         self._downloads: dict[str, Download] = {}
         self._data: dict[str, tuple[bytes, int]] = {}  # one copy of each image being served, by SHA-256
         self.images_read = 0  # times an image was read from disk to be served (diagnostics, tests)
@@ -311,6 +314,7 @@ class FirmwareUpdates:
             await self._async_install(device, version)
         except HomeAssistantError as err:
             self.last_error[device.mac] = str(err)
+            self._failed_on[device.mac] = device.facts.version if device.facts is not None else None
             self._notify(device.mac)
             _LOGGER.warning("Firmware was not installed on %s: %s", device.name, err)
             raise
@@ -321,10 +325,6 @@ class FirmwareUpdates:
             raise translated_error("update_unknown_device", device=device.name)
         offer = self._choose(device, facts, version)
         self._check_battery(device)
-        if not device.connected and self.hub.mqtt_for(device) is not None:
-            # Always connected when it is on: offline means off (a per-conversation device is
-            # waited for instead, see _async_tell).
-            raise translated_error("update_offline", device=device.name)
         image = await self._async_image(device, offer, facts)
         if device.mac in self.jobs:  # another install started while this one fetched its image
             raise translated_error("update_running", device=device.name)
@@ -403,7 +403,9 @@ class FirmwareUpdates:
                 await device.async_restart_quietly()
                 await self._async_wait(job, job.started, BOOT_FETCH_TIMEOUT, lambda: self._not_fetched(job))
                 return
-            job.phase = Phase.WAITING  # a device that connects only to talk: until it boots or talks
+            # Away (per conversation), or off (always connected): until it boots (its OTA answer
+            # carries the firmware) or connects (then it is told).
+            job.phase = Phase.WAITING
             self._notify(device.mac)
             remaining = deadline - self.hass.loop.time()
             await self._async_wait(
@@ -413,11 +415,28 @@ class FirmwareUpdates:
                 return
             # It connected before it was restarted: a conversation. Its tools first; a moment for
             # the turn its wake word starts (it follows the hello at once); its tool once it is idle.
-            job.via_ota = False
             with contextlib.suppress(McpError):
                 await device.async_wait_ready(DISCOVERY_TIMEOUT)
             with contextlib.suppress(HomeAssistantError):
                 await self._async_wait(job, None, CONNECT_GRACE, HomeAssistantError, until=lambda: _busy(device))
+            link = device.connection
+            if link is not None and link.conversation_is_connection and _busy(device):
+                # Over WebSocket Home Assistant ends a conversation by closing the socket, before a
+                # tool could be called: the end restarts the device instead, and the OTA answer of
+                # its boot carries the firmware (as a transport switch does, link.py).
+                device.install_at_end = True
+                try:
+                    await self._async_wait(
+                        job,
+                        job.started,
+                        deadline - self.hass.loop.time(),
+                        lambda: self._not_fetched(job),
+                        until=lambda: not device.connected,
+                    )
+                finally:
+                    device.install_at_end = False
+                continue  # restarted (its boot fetches it), or gone by itself (its next boot or talk)
+            job.via_ota = False
 
     async def _async_until_idle(self, job: InstallJob) -> None:
         """Until no conversation turn, reply or announcement runs on the device."""
@@ -559,6 +578,20 @@ class FirmwareUpdates:
             job.returned.set_result(version)
         if job is not None:
             job.changed.set()
+        elif version and device.mac in self.last_error and version != self._failed_on.get(device.mac):
+            # Back on another version (the one that "did not come back" in time, say): no longer news.
+            del self.last_error[device.mac]
+            self._failed_on.pop(device.mac, None)
+            self._notify(device.mac)
+
+    def waiting_for(self, device: XiaozhiDevice) -> str | None:
+        """What the device's install waits for, said on its entity; None when it does not wait."""
+        job = self.jobs.get(device.mac)
+        if job is None or job.phase is not Phase.WAITING:
+            return None
+        if device.connected:
+            return f"Waiting for the conversation on {device.name} to end, then firmware {job.version} is installed."
+        return f"Waiting for {device.name}: it gets firmware {job.version} at its next start or conversation."
 
     def take(self, token: str, address: str | None) -> InstallJob | None:
         """The job whose one-time URL this is, for the device it was made for; None otherwise."""
@@ -770,14 +803,27 @@ class _Sending:
         await self._async_until_read(transport)
 
     async def _async_until_read(self, transport: asyncio.BaseTransport | None) -> None:
-        """Everything is written: until the device has acknowledged the last byte."""
+        """Everything is written: until the device has read the last byte and closed the connection.
+
+        What its TCP stack acknowledged may still wait in its receive buffer (a device that stopped
+        reading); the firmware closes the connection once it has read the whole image. So a
+        download is complete only at that close (the handler is cancelled then), and a device
+        that neither takes more nor closes for ``STALL_TIMEOUT`` seconds has stalled.
+        """
         loop, size = asyncio.get_running_loop(), len(self.data)
         read, since = -1, loop.time()
-        while (unread := _unread(transport)) and (transport is None or not transport.is_closing()):
-            if size - unread != read:
-                read, since = size - unread, loop.time()
+        while transport is None or not transport.is_closing():
+            unread = _unread(transport)
+            if unread is None and transport is None:
+                break  # nothing to watch (not a socket): what was written is what it got
+            if size - (unread or 0) != read:
+                read, since = size - (unread or 0), loop.time()
                 self.progress(read)
             elif loop.time() - since > STALL_TIMEOUT:
-                raise DownloadInterrupted(f"the download stalled at {read} of {size} bytes")
+                raise DownloadInterrupted(
+                    f"the download stalled: the device stopped reading, {size - read} of {size} bytes short"
+                    if read < size
+                    else f"the download stalled: the device took all {size} bytes but did not finish reading"
+                )
             await asyncio.sleep(ACK_POLL)
         self.progress(size)

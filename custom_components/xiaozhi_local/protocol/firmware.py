@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import hashlib
 import itertools
 import struct
-from typing import BinaryIO, Final
+from typing import Any, BinaryIO, Final
 
 IMAGE_MAGIC: Final = 0xE9
 APP_DESC_MAGIC: Final = 0xABCD5432
@@ -229,6 +229,38 @@ def read_partition_table(stream: BinaryIO) -> list[Partition]:
     return found
 
 
+OTA_SUBTYPES: Final = range(0x10, 0x20)
+"""App partitions ``ota_0`` … ``ota_15``: the slots an update is written to."""
+
+
+def update_slot_size(table: Any, running: Any) -> int | None:
+    """The size of the app partition an update will be written to, from what the device reports.
+
+    ``table`` is the ``partition_table`` of its OTA request (``label``, ``type``, ``subtype``,
+    ``size`` each), ``running`` its ``ota.label``. As ``esp_ota_get_next_update_partition`` picks
+    it: the OTA slot after the running one, in subtype order (the first one when it runs from
+    ``factory``). None when the report does not say (not stock firmware, or a malformed table).
+    """
+    if not isinstance(table, list):
+        return None
+    slots: list[tuple[int, str, int]] = []
+    for entry in table[:64]:
+        if not isinstance(entry, dict):
+            continue
+        kind, subtype, size, label = entry.get("type"), entry.get("subtype"), entry.get("size"), entry.get("label")
+        if kind != APP_PARTITION_TYPE or not isinstance(subtype, int) or subtype not in OTA_SUBTYPES:
+            continue
+        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+            continue
+        slots.append((subtype, label if isinstance(label, str) else "", size))
+    if not slots:
+        return None
+    slots.sort()
+    labels = [label for _subtype, label, _size in slots]
+    index = labels.index(running) + 1 if isinstance(running, str) and running in labels else 0
+    return slots[index % len(slots)][2]
+
+
 def find_app_image(stream: BinaryIO, file_size: int) -> AppImage:
     """The app image of a file: a plain app image (``xiaozhi.bin``), or cut out of a flash image.
 
@@ -302,6 +334,8 @@ class BoardFacts:
     project: str = "xiaozhi"
     board_name: str = ""
     manufacturer: str = ""
+    app_slot: int = 0
+    """Bytes of the app partition an update goes to (``update_slot_size``); 0 when not reported."""
 
     @property
     def chip_id(self) -> int | None:
@@ -336,8 +370,12 @@ class BoardFacts:
             raise FirmwareError(f"the image is of project {image.project_name!r}, the device runs {self.project!r}")
         if version is not None and image.version != version:
             raise FirmwareError(f"the image says version {image.version}, not {version}")
+        if self.app_slot and image.size > self.app_slot:
+            raise FirmwareError(
+                f"the image ({image.size} bytes) is larger than the device's app partition ({self.app_slot} bytes)"
+            )
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, str | int]:
         """As stored."""
         return {
             "board": self.board,
@@ -346,6 +384,7 @@ class BoardFacts:
             "project": self.project,
             "board_name": self.board_name,
             "manufacturer": self.manufacturer,
+            "app_slot": self.app_slot,
         }
 
     @classmethod
@@ -359,6 +398,7 @@ class BoardFacts:
         board, chip, version = values["board"], values["chip"], values["version"]
         if not board or not chip or not version or parse_version(version) is None:
             return None
+        slot = raw.get("app_slot")
         facts = cls(
             board=board,
             chip=chip,
@@ -366,5 +406,6 @@ class BoardFacts:
             project=values["project"] or "xiaozhi",
             board_name=values["board_name"] or "",
             manufacturer=values["manufacturer"] or "",
+            app_slot=slot if isinstance(slot, int) and not isinstance(slot, bool) and 0 < slot <= MAX_IMAGE else 0,
         )
         return facts if facts.chip_id is not None else None
