@@ -2,10 +2,11 @@
 
 Uses Home Assistant's own ConfigEntry class to write ``.storage/core.config_entries``, so the
 dev HA starts with the integration set up (no clicks beyond HA's onboarding). Idempotent: a
-second run keeps the existing entry and tokens. The HTTP port is written where HA keeps it
+second run keeps the existing entry and tokens, also once Home Assistant has moved the tokens out
+of the entry into the integration's token journal (entry version 2). The HTTP port is written where HA keeps it
 (``.storage/http``, not YAML: a YAML port is only a trial that HA reverts after 5 minutes).
 
-Prints one line ``MAC TOKEN CLIENT_ID`` per simulated device: the first is always connected
+Prints one line ``MAC CLIENT_ID`` per simulated device: the first is always connected
 (MQTT+UDP, the hub's default), the second connects per conversation (WebSocket, its own choice).
 Each simulator boots with its Client-Id, the identity its device paired with. A demo firmware
 image (2.5.0 for the simulated board, which runs 2.4.2) goes into ``xiaozhi_firmware/``, so the
@@ -18,6 +19,7 @@ import fcntl
 import json
 from pathlib import Path
 import secrets
+import shutil
 import sys
 from types import MappingProxyType
 from typing import Any
@@ -215,6 +217,20 @@ def demo_firmware(config_dir: Path) -> None:
         path.write_bytes(build_image(version, size=1_500_000))
 
 
+UI_FILES = {"automations.yaml": "[]\n", "scripts.yaml": "", "scenes.yaml": "[]\n"}
+"""What a new Home Assistant's configuration includes, where the UI keeps what it makes."""
+
+
+def default_files(config_dir: Path) -> None:
+    """The demo's configuration (once; the user's changes stay), and the files the UI writes to."""
+    config = config_dir / "configuration.yaml"
+    if not config.exists():
+        shutil.copyfile(Path(__file__).resolve().parents[1] / "config" / "configuration.yaml", config)
+    for name, empty in UI_FILES.items():
+        if not (config_dir / name).exists():
+            (config_dir / name).write_text(empty)
+
+
 def in_use(config_dir: Path) -> bool:
     """Whether a Home Assistant runs with this config directory now (it holds ``.ha_run.lock``)."""
     lock = config_dir / ".ha_run.lock"
@@ -230,7 +246,10 @@ def in_use(config_dir: Path) -> bool:
 
 
 def main(config_dir: Path, port: int = HA_PORT) -> None:
-    """Seed the entry (and the port); print each simulated device's MAC, token and Client-Id.
+    """Seed the entry (and the port); print each simulated device's MAC and Client-Id.
+
+    No token: the simulators get theirs from the OTA answer, as a paired board does (and after
+    the first start the entry holds none: the token journal does).
 
     Refuses, before it writes anything, a config directory that a running Home Assistant uses.
     """
@@ -240,6 +259,8 @@ def main(config_dir: Path, port: int = HA_PORT) -> None:
             "To run a second one beside it, give it a config directory of its own:\n"
             f"  XIAOZHI_CONFIG=/tmp/xiaozhi-second script/develop --port {port if port != HA_PORT else 8124}"
         )
+    config_dir.mkdir(parents=True, exist_ok=True)
+    default_files(config_dir)
     keep_port(config_dir, port)
     demo_firmware(config_dir)
     hub = seed_entry(
@@ -258,7 +279,7 @@ def main(config_dir: Path, port: int = HA_PORT) -> None:
         device = next((s for s in subentries if s["data"].get("mac") == mac), None)
         if device is None:
             sys.exit(f"The Xiaozhi Local entry has no device {mac}; add it in the UI or remove config/.storage")
-        print(mac, device["data"]["token"], device["data"].get("client_id", client_id))
+        print(mac, device["data"].get("client_id", client_id))
 
 
 if __name__ == "__main__":

@@ -90,3 +90,46 @@ def test_a_config_in_use_is_refused_before_anything_is_written(tmp_path: Path) -
     assert not module.in_use(tmp_path)  # released: it runs
     module.main(tmp_path, 8124)
     assert (tmp_path / ".storage").exists()
+
+
+def test_a_second_start_after_the_tokens_moved_to_the_journal(tmp_path: Path, capsys: Any) -> None:
+    """script/develop, Ctrl+C, script/develop: the first start left the entry without tokens."""
+    module = dev_setup()
+    module.main(tmp_path, 8123)
+    first = capsys.readouterr().out.split()
+    path = tmp_path / ".storage" / "core.config_entries"
+    store = json.loads(path.read_text())
+    hub = next(e for e in store["data"]["entries"] if e["domain"] == "xiaozhi_local")
+    # What Home Assistant's first start leaves: entry version 2, the tokens in the journal only.
+    hub["version"] = 2
+    for sub in hub["subentries"]:
+        del sub["data"]["token"]
+    path.write_text(json.dumps(store))
+    module.main(tmp_path, 8123)
+    assert (
+        capsys.readouterr().out.split()
+        == first
+        == [module.SIM_MAC, module.SIM_CLIENT_ID, module.WS_MAC, module.WS_CLIENT_ID]
+    )
+    hub = next(e for e in json.loads(path.read_text())["data"]["entries"] if e["domain"] == "xiaozhi_local")
+    assert hub["version"] == 2
+    assert all("token" not in sub["data"] for sub in hub["subentries"])  # nothing put back
+
+
+async def test_the_demo_config_loads_what_the_ui_makes(hass: HomeAssistant, tmp_path: Path) -> None:
+    """HA's default shape: automations, scripts and scenes made in the UI are loaded from their files."""
+    from homeassistant.config import load_yaml_config_file
+
+    module = dev_setup()
+    module.main(tmp_path, 8123)
+    config = await hass.async_add_executor_job(load_yaml_config_file, str(tmp_path / "configuration.yaml"))
+    # Each key is there (an empty file loads as an empty mapping): what the UI writes is loaded.
+    assert {key: config[key] for key in ("automation", "script", "scene")} == {
+        "automation": {},
+        "script": {},
+        "scene": {},
+    }
+    (tmp_path / "automations.yaml").write_text("- id: '1'\n  alias: Made in the UI\n  triggers: []\n  actions: []\n")
+    module.main(tmp_path, 8123)  # kept: what the UI wrote stays
+    config = await hass.async_add_executor_job(load_yaml_config_file, str(tmp_path / "configuration.yaml"))
+    assert config["automation"][0]["alias"] == "Made in the UI"
