@@ -20,6 +20,9 @@ Usage: ``python script/smoke.py HA_PYTHON`` (the interpreter of the smoke venv).
 """
 
 import asyncio
+import contextlib
+import importlib.util
+import io
 import json
 import os
 from pathlib import Path
@@ -45,7 +48,9 @@ from xiaozhi_sim.ota import OtaTiming  # noqa: E402
 PORT = 18223
 MQTT_MAC, WS_MAC, NEW_MAC = "cc:ba:97:00:00:01", "cc:ba:97:00:00:02", "cc:ba:97:00:00:03"
 FAST = OtaTiming(check_retry_base=0.5, activate_pending_delay=0.5, activate_error_delay=0.5, no_challenge_wait=0.5)
-EXPECTED = re.compile(r"We found a custom integration (xiaozhi_local|bench_probe) which has not been tested")
+EXPECTED = re.compile(
+    r"We found a custom integration (xiaozhi_local|xiaozhi_demo|bench_probe) which has not been tested"
+)
 BAD = re.compile(r"deprecat|blocking call|is using a deprecated|Detected (code|that)", re.IGNORECASE)
 OURS = re.compile(r"xiaozhi_local|xiaozhi")
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -185,19 +190,50 @@ async def smoke(ha_python: str) -> list[str]:
         await asyncio.gather(*(d.drop() for d in (mqtt, websocket, new)), return_exceptions=True)
         await run.stop()
     check_tokens_kept_once(workdir / "config" / ".storage", [token for _mac, token in pairs])
-    log = (workdir / "ha.log").read_text(errors="replace")
-    bad = [
-        line
-        for line in log.splitlines()
-        if (" WARNING " in line or " ERROR " in line or " CRITICAL " in line)
-        and not EXPECTED.search(line)
-        and (OURS.search(line) or BAD.search(line))
-    ]
+    bad = logged_badly(workdir / "ha.log")
+    await start_again(run, workdir / "config", options(MQTT_MAC, ir=True))
+    bad += logged_badly(workdir / "ha.log")
     if os.environ.get("XIAOZHI_SMOKE_KEEP"):
         print(f"kept: {workdir}", flush=True)
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     return bad
+
+
+def logged_badly(path: Path) -> list[str]:
+    """Warnings and errors Home Assistant logged about the integration (or deprecations, blocking calls)."""
+    return [
+        line
+        for line in path.read_text(errors="replace").splitlines()
+        if (" WARNING " in line or " ERROR " in line or " CRITICAL " in line)
+        and not EXPECTED.search(line)
+        and (OURS.search(line) or BAD.search(line))
+    ]
+
+
+async def start_again(run: Run, config: Path, device: SimulatorOptions) -> None:
+    """script/develop, Ctrl+C, script/develop: its setup again, on a config HA has migrated.
+
+    The tokens are in the journal by now; HA starts again, and the paired device is back and answers.
+    """
+    spec = importlib.util.spec_from_file_location("dev_setup", ROOT / "script" / "dev_setup.py")
+    assert spec is not None
+    assert spec.loader is not None
+    dev_setup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev_setup)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        dev_setup.main(config, PORT)
+    check(len(printed.getvalue().split()) == 4, "the demo setup runs again on a started config")
+    mqtt = MqttDevice(device)
+    try:
+        await run.start()
+        check(bool(await mqtt.boot_mqtt(f"{run.base}/api/xiaozhi_local/ota/")), "after a second start the device boots")
+        await run.wait("ready", lambda ready: ready >= 1, 60)
+        latencies = await tool_calls(run, [MQTT_MAC], 3, 5.0)
+        check(len(latencies) == 3 and "call_errors" not in run.figures, "and its tools answer")
+    finally:
+        await mqtt.drop()
+        await run.stop()
 
 
 def main() -> int:
