@@ -520,3 +520,39 @@ async def test_speech_from_the_media_browser_to_an_idle_24_device_says_why(
     assert err.value.translation_key == "media_no_channel"
     assert not any(m.get("type") in ("alert", "notify", "tts") for m in device.log)
     await device.drop()
+
+
+async def test_the_speaker_plays_with_the_satellite_disabled(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any]
+) -> None:
+    """The voice satellite's entity disabled (no Assist on this device): the speaker still plays,
+    idle by notify (2.5) and in a conversation over its channel, shows it, and stops it."""
+    from homeassistant.helpers import entity_registry as er
+
+    registry = er.async_get(hass)
+    registry.async_update_entity("assist_satellite.kitchen", disabled_by=er.RegistryEntryDisabler.USER)
+    await hass.config_entries.async_reload(hub.entry.entry_id)
+    await hass.async_block_till_done()
+    hub = hub.entry.runtime_data
+    assert hub.devices[MAC].voice is None
+    device = await mqtt_online(hub, client, firmware_version="2.5.0")
+    await play(hass, "media-source://media_source/local/song.wav")  # idle: by notify
+    await wait_entity(hass, PLAYER, lambda s: s.state == "playing" and s.attributes.get("media_title") == "song")
+    await asyncio.gather(*device.notify_tasks)
+    assert abs(len(device.notify_pcm) / 2 / 24000 - SONG_SECONDS) < 0.2
+    clock = Clock(hass)
+    try:
+        await clock.advance(SONG_SECONDS)
+        await wait_entity(hass, PLAYER, lambda s: s.state == "idle")
+    finally:
+        clock.restore()
+    await mqtt_in_conversation(hub, device)  # woken: over the conversation's UDP channel
+    await play(hass, "media-source://media_source/local/song.wav")
+    await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "start")
+    await wait_entity(hass, PLAYER, lambda s: s.state == "playing")
+    await hass.services.async_call("media_player", "media_stop", {"entity_id": PLAYER}, blocking=True)
+    await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop")
+    await wait_entity(hass, PLAYER, lambda s: s.state == "idle")
+    await media_tasks_done(hass)
+    assert ffmpeg_left(hass) == []
+    await device.drop()

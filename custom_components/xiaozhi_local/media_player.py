@@ -2,11 +2,14 @@
 
 What plays and how it reaches the device is the voice satellite's (``async_play_media``, through
 ``speaker.py``): the media player resolves what it is asked to play into a URL ffmpeg can open,
-and shows what the device does. Its state: off while the device is away, playing while media
+and shows what the device does. With the satellite's entity disabled the speaker plays by itself,
+through the same ``speaker.py``. Its state: off while the device is away, playing while media
 plays, idle otherwise. Pause is not offered: a live stream has nothing to resume, and the
 device's decode queue keeps no more than a second or two.
 """
 
+import asyncio
+from collections.abc import Coroutine
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -22,12 +25,14 @@ from homeassistant.components.media_player.const import (
     MediaPlayerState,
     MediaType,
 )
-from homeassistant.core import HomeAssistant
+from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
+from . import speaker
 from .device import VoiceHandler, XiaozhiDevice, translated_error
 from .entity import WAITING_FOR_DEVICE, XiaozhiEntity, async_setup_device_entities
 from .hub import XiaozhiConfigEntry
+from .media import MediaUnreadable
 from .tool_map import NUMBERS, reported
 
 PARALLEL_UPDATES = 0
@@ -70,6 +75,13 @@ class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
 
     def __init__(self, device: XiaozhiDevice) -> None:
         super().__init__(device, SPEAKER)
+        self._alone: tuple[str, asyncio.Task[None]] | None = None
+        """What plays without the satellite (its entity disabled): the title, and its playback."""
+
+    async def async_will_remove_from_hass(self) -> None:
+        """Nothing it plays outlives it."""
+        self._stop_alone()
+        await super().async_will_remove_from_hass()
 
     @property
     def _voice(self) -> VoiceHandler | None:
@@ -98,8 +110,7 @@ class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
         """Off while the device is away; playing while media plays; idle otherwise."""
         if not self.device.connected:
             return MediaPlayerState.OFF
-        voice = self._voice
-        return MediaPlayerState.PLAYING if voice is not None and voice.media_title else MediaPlayerState.IDLE
+        return MediaPlayerState.PLAYING if self.media_title else MediaPlayerState.IDLE
 
     @property
     def media_content_type(self) -> MediaType | None:
@@ -110,7 +121,9 @@ class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
     def media_title(self) -> str | None:
         """What plays."""
         voice = self._voice
-        return voice.media_title if voice is not None else None
+        if voice is not None:
+            return voice.media_title
+        return self._alone[0] if self._alone is not None else None
 
     @property
     def volume_level(self) -> float | None:
@@ -132,7 +145,7 @@ class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
     async def async_play_media(self, media_type: str, media_id: str, **kwargs: Any) -> None:
         """Play a media-source item or a plain http(s) URL (Music Assistant hands over streams so)."""
         voice = self._voice
-        if voice is None or not self.device.connected:
+        if not self.device.connected:
             raise translated_error("device_offline", device=self.device.name)
         if media_source.is_media_source_id(media_id):
             item = await media_source.async_resolve_media(self.hass, media_id, self.entity_id)
@@ -140,16 +153,70 @@ class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
         url = async_process_play_media_url(self.hass, media_id)
         if not url.startswith(("http://", "https://")):
             raise translated_error("media_unreadable", device=self.device.name, reason="not an http(s) URL")
-        if kwargs.get(ATTR_MEDIA_ANNOUNCE):
+        title = _title(url, kwargs.get(ATTR_MEDIA_EXTRA))
+        if voice is None:  # the satellite's entity is disabled: the speaker plays by itself
+            await self._async_play_alone(url, title, announce=bool(kwargs.get(ATTR_MEDIA_ANNOUNCE)))
+        elif kwargs.get(ATTR_MEDIA_ANNOUNCE):
             # The satellite's announcement: the same path as assist_satellite.announce.
             await voice.async_announce_media(url)
-            return
-        await voice.async_play_media(url, _title(url, kwargs.get(ATTR_MEDIA_EXTRA)))
+        else:
+            await voice.async_play_media(url, title)
+
+    async def _async_play_alone(self, url: str, title: str, *, announce: bool) -> None:
+        """Without the satellite: over the open conversation channel, or by ``notify`` (2.5, idle).
+
+        Nothing else runs a conversation on the device then (no pipeline), so the speaker is its
+        own: one thing plays at a time, a new one replaces it. An announcement returns once played.
+        """
+        connection, entry = self.device.connection, self.platform.config_entry
+        assert entry is not None
+        if connection is None:
+            raise translated_error("device_offline", device=self.device.name)
+        if not connection.audio_open and not self.device.plays_notify:
+            raise translated_error("media_no_channel", device=self.device.name)
+        self._stop_alone()
+        try:
+            source = await speaker.async_open_media(self.hass, url)
+        except MediaUnreadable as err:
+            raise translated_error("media_unreadable", device=self.device.name, reason=str(err)) from None
+        if connection.audio_open:
+            playing: Coroutine[Any, Any, None] = speaker.async_speak(self.hass, connection, source, lambda: title)
+        else:
+            waiting = await speaker.async_notify(entry.runtime_data, connection, [lambda: source], title)
+            if waiting is None:
+                await source.aclose()
+                raise translated_error("media_not_fetched", device=self.device.name)
+            playing = speaker.async_until_played(waiting)
+        task = entry.async_create_background_task(
+            self.hass, playing, f"xiaozhi_local speaker {self.device.mac}"
+        )
+        self._alone = (title, task)
+        task.add_done_callback(lambda _task: self._alone_ended(task))
+        self.async_write_ha_state()
+        if announce:
+            await asyncio.wait({task})
+
+    @callback
+    def _alone_ended(self, task: asyncio.Task[None]) -> None:
+        if self._alone is not None and self._alone[1] is task:
+            self._alone = None
+            if self.hass is not None and self.entity_id:
+                self.async_write_ha_state()
+
+    @callback
+    def _stop_alone(self) -> None:
+        if self._alone is not None:
+            _title, task = self._alone
+            self._alone = None
+            task.cancel()
 
     async def async_media_stop(self) -> None:
         """Stop it (the device goes back to listening, or to idle)."""
         if (voice := self._voice) is not None:
             voice.async_stop_media()
+        if self._alone is not None:
+            self._stop_alone()
+            self.async_write_ha_state()
 
     async def async_browse_media(
         self, media_content_type: MediaType | str | None = None, media_content_id: str | None = None
