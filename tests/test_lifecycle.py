@@ -322,3 +322,47 @@ async def test_websocket_clients_through_many_conversations(
     assert after["threads"] <= baseline["threads"] + 1, (baseline, after)
     assert after["fds"] <= baseline["fds"] + 2, (baseline, after)
     assert after["children"] == 0
+
+
+async def test_conversations_go_on_across_a_home_assistant_restart(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, client: TestClient[Any, Any], clock: Clock
+) -> None:
+    """Talked to, Home Assistant restarts (the entry reloads) in the middle of a conversation, the
+    device reconnects by itself: its next conversations are answered and end on time."""
+    from .test_mqtt import free_port
+
+    port = free_port()
+    hass.config_entries.async_update_entry(
+        hub.entry, options={"websocket_url": ws_url(client), "mqtt_port": port, "udp_port": port}
+    )
+    await hass.async_block_till_done()
+    device = await mqtt_online(hub, client)
+    online = asyncio.create_task(device.stay_online(reconnect_interval=0.05))
+    try:
+        await device.connect()
+        marker = len(device.log)
+        device.relisten = False
+        await device.say(speech_pcm())
+        await answered(device, marker)
+        assert await hass.config_entries.async_reload(hub.entry.entry_id)  # in the conversation
+        await hass.async_block_till_done()
+        new_hub: XiaozhiHub = hub.entry.runtime_data
+        xdev = new_hub.devices[MAC]
+        await wait_for(xdev, lambda d: d.connection is not None, timeout=10)
+        await wait_settled(xdev)
+        assert xdev.conversation is None  # the old one did not survive the restart
+        for _ in range(3):
+            await clock.advance(BETWEEN)
+            before = goodbyes(device)
+            await device.connect()
+            marker = len(device.log)
+            device.relisten = True
+            sent = len(device.sent)
+            await device.say(speech_pcm())
+            await answered(device, marker)
+            await listening_again(device, sent)
+            await silence_ends_it(device, clock, before)
+    finally:
+        online.cancel()
+        await asyncio.gather(online, return_exceptions=True)
+        await device.drop()

@@ -136,6 +136,7 @@ class MqttDevice(SimulatedDevice):
         self._reader_stream: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._mqtt_task: asyncio.Task[None] | None = None
+        self._starting = asyncio.Lock()
         self._keepalive_task: asyncio.Task[None] | None = None
         self.online = asyncio.Event()
         self.offline = asyncio.Event()
@@ -181,7 +182,16 @@ class MqttDevice(SimulatedDevice):
         return bool(self.nvs.get("mqtt", {}).get("endpoint"))
 
     async def start(self) -> None:
-        """``MqttProtocol::StartMqttClient``: connect with what NVS holds; MqttRefused if refused."""
+        """``MqttProtocol::StartMqttClient``: connect with what NVS holds; MqttRefused if refused.
+
+        One client: a start while another is under way waits for it, and an online one stays.
+        """
+        async with self._starting:
+            if self._writer is not None and not self._writer.is_closing() and self.online.is_set():
+                return
+            await self._start()
+
+    async def _start(self) -> None:
         settings = self.nvs.get("mqtt", {})
         endpoint = str(settings.get("endpoint", ""))
         if not endpoint:
@@ -235,10 +245,11 @@ class MqttDevice(SimulatedDevice):
                 self._writer.write(PINGREQ)
 
     async def _mqtt_loop(self) -> None:
-        assert self._reader_stream is not None
+        reader = self._reader_stream
+        assert reader is not None
         try:
             while True:
-                kind, _flags, body = await read_packet(self._reader_stream)
+                kind, _flags, body = await read_packet(reader)
                 if kind == 9:  # SUBACK
                     self.subacks += 1
                 if kind != 3:  # PINGRESP, SUBACK: nothing more to do
@@ -250,7 +261,8 @@ class MqttDevice(SimulatedDevice):
         except asyncio.IncompleteReadError, ConnectionError:
             pass
         finally:
-            self._lost()
+            if self._reader_stream is reader:  # not a session that a newer one replaced
+                self._lost()
 
     def _lost(self) -> None:
         if self._reboot_timer is not None:
