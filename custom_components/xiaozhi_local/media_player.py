@@ -187,9 +187,7 @@ class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
                 await source.aclose()
                 raise translated_error("media_not_fetched", device=self.device.name)
             playing = speaker.async_until_played(waiting)
-        task = entry.async_create_background_task(
-            self.hass, playing, f"xiaozhi_local speaker {self.device.mac}"
-        )
+        task = entry.async_create_background_task(self.hass, playing, f"xiaozhi_local speaker {self.device.mac}")
         self._alone = (title, task)
         task.add_done_callback(lambda _task: self._alone_ended(task))
         self.async_write_ha_state()
