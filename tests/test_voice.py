@@ -456,3 +456,34 @@ async def test_push_to_talk_is_not_cut_at_a_pause(hass: HomeAssistant, ready: Vo
     await tts_stops(device)
     heard = float(next(m for m in device.log if m["type"] == "stt")["text"].split()[1])
     assert heard == pytest.approx(2 * loud_seconds(pcm), abs=0.2)  # both halves
+
+
+@pytest.mark.parametrize(
+    "media_id",
+    ["file://{wav}", "file:{wav}", "FILE:{wav}", "concat:{wav}|{wav}", "subfile,,start,0,end,0,,:{wav}"],
+)
+async def test_announced_media_never_reads_home_assistants_files(
+    hass: HomeAssistant, ready: Voice, device: SimulatedDevice, tmp_path: Any, media_id: str
+) -> None:
+    """A service's media id reaches ffmpeg: only http(s) is opened, never a local file, however named."""
+    import wave
+
+    from homeassistant.exceptions import HomeAssistantError
+
+    wav = tmp_path / "secret.wav"
+    with wave.open(str(wav), "wb") as out:  # a file ffmpeg would happily play
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(speech_pcm())
+    for service, data in (
+        ("announce", {"media_id": media_id.format(wav=wav), "preannounce": False}),
+        ("start_conversation", {"start_media_id": media_id.format(wav=wav), "preannounce": False}),
+    ):
+        with pytest.raises(HomeAssistantError) as err:
+            await hass.services.async_call(
+                "assist_satellite", service, {"entity_id": "assist_satellite.kitchen", **data}, blocking=True
+            )
+        assert err.value.translation_key == "media_unreadable"
+    assert not any(m.get("type") == "tts" for m in device.log)  # the device was told nothing
+    assert device.audio == []

@@ -113,18 +113,28 @@ def downlink_encoder(hass: HomeAssistant) -> Iterator[OpusEncoder]:
             audio_executor(hass).submit(pool.give, encoder)
 
 
-def full_url(hass: HomeAssistant, media: str) -> str:
-    """A media id that is a path on Home Assistant (``/api/tts_proxy/…``) as a URL ffmpeg can open."""
-    if not media.startswith("/"):
-        return media
-    try:
-        return get_url(hass, prefer_external=False) + media
-    except NoURLAvailableError:
-        return f"http://127.0.0.1:{hass.http.server_port}{media}"
+FFMPEG_PROTOCOLS: Final = "http,https,tcp,tls,crypto"
+"""What ffmpeg may open for a media URL, a playlist's entries included: never ``file:``,
+``concat:``, ``subfile:`` or other ways to read Home Assistant's own files."""
 
 
 class MediaUnreadable(HomeAssistantError):
     """ffmpeg could not read the media (what it said is the message)."""
+
+
+def full_url(hass: HomeAssistant, media: str) -> str:
+    """A media id that is a path on Home Assistant (``/api/tts_proxy/…``) as a URL ffmpeg can open.
+
+    Raises MediaUnreadable for anything but an http(s) URL (a service's media id reaches ffmpeg).
+    """
+    if media.startswith("/"):
+        try:
+            return get_url(hass, prefer_external=False) + media
+        except NoURLAvailableError:
+            return f"http://127.0.0.1:{hass.http.server_port}{media}"
+    if not media.lower().startswith(("http://", "https://")):
+        raise MediaUnreadable("not an http(s) URL")
+    return media
 
 
 async def ffmpeg_pcm(hass: HomeAssistant, url: str) -> AsyncGenerator[bytes]:
@@ -132,11 +142,15 @@ async def ffmpeg_pcm(hass: HomeAssistant, url: str) -> AsyncGenerator[bytes]:
 
     Raises MediaUnreadable when ffmpeg fails before any audio came (what it said is the message).
     """
+    if not url.lower().startswith(("http://", "https://")):
+        raise MediaUnreadable("not an http(s) URL")
     process = await asyncio.create_subprocess_exec(
         get_ffmpeg_manager(hass).binary,
         "-nostdin",
         "-loglevel",
         "error",
+        "-protocol_whitelist",
+        FFMPEG_PROTOCOLS,
         "-i",
         url,
         "-f",

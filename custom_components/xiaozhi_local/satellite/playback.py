@@ -119,7 +119,10 @@ class PlaybackMixin(SatelliteBase):
         the text with the firmware's alert sound otherwise.
         """
         connection = self._connection_or_raise()
-        sources = speaker.announcement_sources(self.hass, announcement)
+        try:
+            sources = speaker.announcement_sources(self.hass, announcement)
+        except MediaUnreadable as err:  # refused before anything is said (never a local file)
+            raise translated_error("media_unreadable", device=self.device.name, reason=str(err)) from None
         if not connection.audio_open:
             if not announcement.message and not self.device.plays_notify:
                 # Media only (a sound, or speech picked in the media browser): no text to show in
