@@ -22,6 +22,7 @@ from custom_components.xiaozhi_local.firmware_sources import (
     _releases,
     _unpack,
     async_fetch,
+    cache_name,
     split_name,
 )
 from custom_components.xiaozhi_local.protocol.firmware import BoardFacts, FirmwareError
@@ -252,3 +253,37 @@ async def test_remote_sources_say_so_when_they_answer_again(
     assert vendor.stand_in_identity(FACTS) == (mac, client_id)  # stable for a board
     assert vendor.stand_in_identity(BoardFacts("other", "esp32s3", "2.4.2"))[0] != mac
     assert VendorChannel(hass, "http://x", "other seed").stand_in_identity(FACTS)[0] != mac
+
+
+async def test_names_from_a_device_never_become_paths(
+    hass: HomeAssistant, tmp_path: Path, files: tuple[TestServer, dict[str, Any]]
+) -> None:
+    """A device in hostile hands reports ``board.name`` ``../pwn`` (and a source a version with a
+    slash): the fetched image is kept inside the cache all the same, never beside it."""
+    server, served = files
+    served["v.bin"] = build_image("2.6.0")
+    cache = tmp_path / "cache"
+    facts = BoardFacts("bread-compact-wifi", "esp32s3", "2.4.2", board_name="../../xiaozhi_firmware/pwn")
+    offer = Offer("2.6.0", Source.VENDOR, url=str(server.make_url("/v.bin")))
+    fetched = await async_fetch(hass, offer, facts, cache)
+    assert fetched.path.parent == cache
+    assert "/" not in fetched.path.name
+    assert not fetched.path.name.startswith(".")
+    kept = await hass.async_add_executor_job(lambda: sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")))
+    assert kept == ["cache", f"cache/{fetched.path.name}"]
+    assert cache_name("a/b", "1.0") != cache_name("a_b", "1.0")  # cleaned alike, kept apart
+
+
+def test_links_out_of_the_folder_and_forged_names_are_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A symbolic link may lead anywhere on the machine; a newline in a name would forge a log line."""
+    folder_path = tmp_path / "xiaozhi_firmware"
+    folder_path.mkdir()
+    outside = tmp_path / "elsewhere.bin"
+    outside.write_bytes(build_image("2.5.0"))
+    (folder_path / "bread-compact-wifi_2.5.0.bin").symlink_to(outside)
+    (folder_path / "bread-compact-wifi_2.6.0\nERROR forged.bin").write_bytes(build_image("2.6.0"))
+    folder = LocalFolder(folder_path)
+    assert folder.scan() == []
+    assert "symbolic link" in folder.refused["bread-compact-wifi_2.5.0.bin"]
+    assert "control characters" in folder.refused["bread-compact-wifi_2.6.0\nERROR forged.bin"]
+    assert all("\nERROR forged" not in record.getMessage() for record in caplog.records)

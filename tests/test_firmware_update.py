@@ -912,7 +912,10 @@ async def test_a_published_release_is_cut_out_of_its_flash_image_and_installed(
     assert device.upgrades[0]["result"] == "ok"
     assert device.upgrades[0]["size"] == len(app)  # the app image only, not the flash image
     assert device.options.firmware_version == "2.6.0"
-    cached = Path(hass.config.cache_path("xiaozhi_local", "firmware", f"{BOARD}_2.6.0.bin"))
+    from custom_components.xiaozhi_local.firmware_sources import cache_name
+
+    cached = Path(hass.config.cache_path("xiaozhi_local", "firmware", cache_name(BOARD, "2.6.0")))
+    assert cached.name.startswith(f"{BOARD}_2.6.0-")
     assert await hass.async_add_executor_job(cached.read_bytes) == app
     assert stand_in.release_reads == reads  # one listing serves every check for hours
     await wait_entity(hass, ENTITY, lambda s: s.attributes["installed_version"] == "2.6.0" and s.state == "off")
@@ -954,7 +957,7 @@ async def test_an_image_larger_than_the_devices_app_partition_is_never_offered_o
     await offered(hass, "2.5.0")  # the newest that fits, not 2.6.0
     reason = hub.firmware.local.refused[f"{BOARD}_2.6.0.bin for {BOARD}"]
     assert "larger than the device's app partition (131072 bytes)" in reason
-    assert f"{BOARD}_2.6.0.bin is not offered to {BOARD} devices: the image (" in caplog.text
+    assert f"'{BOARD}_2.6.0.bin' is not offered to '{BOARD}' devices: the image (" in caplog.text
     with pytest.raises(HomeAssistantError, match=r"No firmware source offers version 2\.6\.0"):
         await install(hass, "2.6.0")
     assert not device.upgrades  # nothing was sent

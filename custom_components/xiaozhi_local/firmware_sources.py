@@ -109,6 +109,9 @@ class LocalFile:
     error: str | None = None
 
 
+_UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
+
+
 def split_name(name: str) -> tuple[str, str] | None:
     """(board, version) of ``<board>_<version>.bin``; None for any other name."""
     if not name.endswith(".bin"):
@@ -117,6 +120,18 @@ def split_name(name: str) -> tuple[str, str] | None:
     if not sep or not board or parse_version(version) is None:
         return None
     return board, version
+
+
+def cache_name(board: str, version: str) -> str:
+    """The file a fetched image is kept in: readable, but never a path of the device's making.
+
+    The board's name comes from the device (``board.name``) and the version from a remote source:
+    anything but letters, digits, ``.``, ``-`` and ``_`` becomes ``_``, and a digest of both keeps
+    names that would clean up alike apart. ``../`` in a report cannot reach outside the cache.
+    """
+    digest = hashlib.sha256(f"{board}\0{version}".encode()).hexdigest()[:12]
+    clean = _UNSAFE.sub("_", f"{board}_{version}").lstrip(".")[:80]
+    return f"{clean}-{digest}.bin"
 
 
 def check_file(path: Path, version: str | None = None) -> AppImage:
@@ -145,7 +160,11 @@ class LocalFolder:
         """Every well-named file of the folder, each checked (blocking: run it in the executor)."""
         try:
             entries = sorted(
-                (entry for entry in os.scandir(self.folder) if entry.is_file() and entry.name.endswith(".bin")),
+                (
+                    entry
+                    for entry in os.scandir(self.folder)
+                    if entry.name.endswith(".bin") and (entry.is_symlink() or entry.is_file())
+                ),
                 key=lambda entry: entry.name,
             )[:MAX_LOCAL_FILES]
         except OSError:
@@ -154,6 +173,12 @@ class LocalFolder:
         seen: set[str] = set()
         for entry in entries:
             seen.add(entry.name)
+            if entry.is_symlink():  # it may lead anywhere on the machine: only the folder's own files
+                self._refuse(entry.name, "a symbolic link, not a file of the folder")
+                continue
+            if not entry.name.isprintable():
+                self._refuse(entry.name, "control characters in the name")
+                continue
             named = split_name(entry.name)
             if named is None:
                 self._refuse(entry.name, "not named <board>_<version>.bin")
@@ -198,7 +223,7 @@ class LocalFolder:
 
     def _refuse(self, name: str, why: str) -> None:
         if self.refused.get(name) != why:
-            _LOGGER.warning("Firmware file %s in %s is not offered to any device: %s", name, self.folder, why)
+            _LOGGER.warning("Firmware file %r in %s is not offered to any device: %s", name, self.folder, why)
         self.refused[name] = why
 
     def offers(self, files: list[LocalFile], facts: BoardFacts) -> list[Offer]:
@@ -212,7 +237,7 @@ class LocalFolder:
             except FirmwareError as err:
                 key = f"{local.name} for {facts.board}"
                 if self.refused.get(key) != str(err):
-                    _LOGGER.warning("Firmware file %s is not offered to %s devices: %s", local.name, facts.board, err)
+                    _LOGGER.warning("Firmware file %r is not offered to %r devices: %s", local.name, facts.board, err)
                 self.refused[key] = str(err)
                 self._refused_as[key] = local.name
                 continue
@@ -466,7 +491,7 @@ async def async_fetch(hass: HomeAssistant, offer: Offer, facts: BoardFacts, cach
     A file kept from an earlier fetch is checked again and reused.
     """
     assert offer.url is not None
-    final = cache / f"{facts.release_name}_{offer.version}.bin"
+    final = cache / cache_name(facts.release_name, offer.version)
     if await hass.async_add_executor_job(final.exists):
         try:
             image = await hass.async_add_executor_job(check_file, final, offer.version)
