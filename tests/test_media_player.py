@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import math
 import os
 from pathlib import Path
+import re
 from typing import Any
 
 from aiohttp import web
@@ -556,3 +557,16 @@ async def test_the_speaker_plays_with_the_satellite_disabled(
     await media_tasks_done(hass)
     assert ffmpeg_left(hass) == []
     await device.drop()
+
+
+async def test_a_signed_address_is_never_shown_or_logged(
+    hass: HomeAssistant, hub: XiaozhiHub, ws_device: SimulatedDevice, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A relative path is signed by Home Assistant (authSig, valid for a day without a login); when
+    the media cannot be read, what ffmpeg said reaches the user and the log without the signature."""
+    with pytest.raises(HomeAssistantError) as err:
+        await play(hass, "/api/xiaozhi_local/no/such/media.mp3")
+    assert err.value.translation_key == "media_unreadable"
+    assert "authSig=" in str(err.value) or "404" in str(err.value)  # ffmpeg's own words, kept
+    ours = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("custom_components.xiaozhi_local"))
+    assert re.findall(r"authSig=([^&\s'\"…]+)", str(err.value) + ours) == []

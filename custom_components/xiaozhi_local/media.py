@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 import contextlib
+import re
 from typing import Final
 
 from homeassistant.components import tts
@@ -118,6 +119,10 @@ FFMPEG_PROTOCOLS: Final = "http,https,tcp,tls,crypto"
 ``concat:``, ``subfile:`` or other ways to read Home Assistant's own files."""
 
 
+_SIGNED: Final = re.compile(r"([?&]authSig=)[^&\s'\"]+")
+"""A signed path's signature (valid for a day without a login): never in an error or a log line."""
+
+
 class MediaUnreadable(HomeAssistantError):
     """ffmpeg could not read the media (what it said is the message)."""
 
@@ -170,7 +175,7 @@ async def ffmpeg_pcm(hass: HomeAssistant, url: str) -> AsyncGenerator[bytes]:
         while chunk := await process.stdout.read(8192):
             produced = True
             yield chunk
-        said = (await process.stderr.read(4096)).decode(errors="replace").strip()
+        said = _SIGNED.sub(r"\1…", (await process.stderr.read(4096)).decode(errors="replace").strip())
         if await process.wait() != 0 and not produced:
             raise MediaUnreadable(said.splitlines()[-1] if said else f"ffmpeg exited with {process.returncode}")
     finally:
