@@ -175,3 +175,21 @@ async def test_the_device_vanishing_ends_the_question(
             await asking
     assert err.value.translation_key == "question_unanswered"
     await wait_state(hass, SATELLITE, "idle")
+
+
+async def test_two_questions_at_once_then_the_device_drops(
+    hass: HomeAssistant, ready: Voice, talking: SimulatedDevice
+) -> None:
+    """Every waiter ends, and with a translated reason: the first question is dismissed by the
+    second, the second by the device going away."""
+    first = await ask(hass, "Shall I turn off the lights?", ANSWERS_EN)
+    await talking.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "start")
+    second = await ask(hass, "Shall I lock the door?", ANSWERS_EN)
+    await asyncio.sleep(0.1)
+    await talking.drop()
+    for asking in (first, second):
+        with pytest.raises(HomeAssistantError) as err:
+            async with asyncio.timeout(10):
+                await asking
+        assert err.value.translation_key in ("question_unanswered", "device_offline"), err.value
+        assert str(err.value)  # said, not empty

@@ -59,7 +59,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):
         self._deferred_detect: tuple[str, CALLBACK_TYPE, DeviceLink] | None = None
         self._early_audio: deque[tuple[DeviceLink, float, bytes]] = deque(maxlen=EARLY_AUDIO_PACKETS)
         self._idle_media: tuple[str, asyncio.Task[None]] | None = None  # media played by notify (2.5)
-        self._unanswered: asyncio.Future[None] | None = None  # set when a question's answer cannot come
+        self._unanswered: set[asyncio.Future[None]] = set()  # each set when its question's answer cannot come
 
     def _config_entry(self) -> XiaozhiConfigEntry:
         assert self.platform.config_entry is not None
@@ -320,8 +320,9 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):
     @callback
     def _no_answer(self) -> None:
         """The conversation a question waits in ended: its answer will not come."""
-        if self._unanswered is not None and not self._unanswered.done():
-            self._unanswered.set_result(None)
+        for unanswered in self._unanswered:
+            if not unanswered.done():
+                unanswered.set_result(None)
 
     @callback
     def _supersede(self) -> None:

@@ -81,8 +81,9 @@ class PlaybackMixin(SatelliteBase):
         if not connection.audio_open:
             raise translated_error("question_no_channel", device=self.device.name)
         self._supersede()
+        self._no_answer()  # a question still waiting is dismissed by this one: its caller is told
         unanswered: asyncio.Future[None] = self.hass.loop.create_future()
-        self._unanswered = unanswered
+        self._unanswered.add(unanswered)
         asking = self.hass.async_create_task(
             super().async_internal_ask_question(*args, **kwargs), f"xiaozhi_local question {self.device.mac}"
         )
@@ -91,19 +92,19 @@ class PlaybackMixin(SatelliteBase):
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if asking.done() and not asking.cancelled() and asking.exception() is None:
                 return asking.result()  # answered (even if the conversation ended right after)
-            if unanswered.done():  # both may end at once: ours says why, in the user's language
-                if not asking.done():
-                    asking.cancel()
-                with contextlib.suppress(asyncio.CancelledError, HomeAssistantError):
-                    await asking
-                raise translated_error("question_unanswered", device=self.device.name)
-            return asking.result()
+            error = asking.exception() if asking.done() and not asking.cancelled() else None
+            if isinstance(error, HomeAssistantError) and error.translation_key and not unanswered.done():
+                raise error  # a reason of its own, already translated (no channel, unreadable media …)
+            if not asking.done():
+                asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asking  # Home Assistant's own words here may be empty: ours say why
+            raise translated_error("question_unanswered", device=self.device.name)
         except asyncio.CancelledError:
             asking.cancel()
             raise
         finally:
-            if self._unanswered is unanswered:
-                self._unanswered = None
+            self._unanswered.discard(unanswered)
 
     async def async_internal_start_conversation(self, *args: Any, **kwargs: Any) -> None:
         """Refuse before any speech is made when the device is away; it replaces a running turn."""
