@@ -122,7 +122,9 @@ async def test_set_volume_online(hass: HomeAssistant, make_device: DeviceFactory
     assert state_of(hass, "number:volume") == "35.0"
 
 
-async def test_settings_made_offline_are_applied_on_connect(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+async def test_settings_made_offline_are_applied_on_connect(
+    hass: HomeAssistant, make_device: DeviceFactory, hass_storage: dict[str, Any]
+) -> None:
     device = await connected(hass, make_device)
     await device.drop()
     await wait_for(hub_device(hass), lambda d: d.connection is None)
@@ -136,6 +138,13 @@ async def test_settings_made_offline_are_applied_on_connect(hass: HomeAssistant,
     )
     assert state_of(hass, "number:volume") == "25.0"  # the requested value is shown
     assert state_of(hass, "select:theme") == "dark"
+    # ... and goes to disk at once (no time passes here): a crash now does not lose what is shown.
+    for _ in range(3):  # the store's write is scheduled, not waited for
+        await asyncio.sleep(0)
+        await hass.async_block_till_done(wait_background_tasks=True)
+    stored = hass_storage[f"{DOMAIN}.{hub_device(hass).entry_id}"]["data"][MAC]["pending"]
+    assert stored["volume"]["value"] == 25
+    assert stored["theme"]["value"] == "dark"
     for key in ("number:volume", "select:theme", "media_player:speaker"):  # and that it waits
         assert hass.states.get(entity_id(hass, key)).attributes.get("waiting_for_device") is True  # type: ignore[union-attr]
     assert device.mcp.calls == [c for c in device.mcp.calls if c[0] != "self.audio_speaker.set_volume"]

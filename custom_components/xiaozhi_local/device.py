@@ -97,8 +97,9 @@ class VoiceHandler(Protocol):
 
 REPORT_SAVE_DELAY = 10.0
 """Seconds before what the device reported is saved (many reports make one write)."""
-USER_SAVE_DELAY = 1.0
-"""Seconds before a setting the user made while the device was away reaches disk."""
+USER_SAVE_DELAY = 0.0
+"""Seconds before a setting the user made while the device was away reaches disk: at once (the
+entity shows it from then on, so a crash right after must not lose it)."""
 
 
 def _number(text: str) -> int | float | None:
