@@ -490,6 +490,7 @@ async def test_a_failing_flash_is_reported_and_the_device_restarted(
     make_mqtt: MqttFactory,
     firmware_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
+    client: TestClient[Any, Any],
 ) -> None:
     """Started from idle, a failed upgrade leaves the firmware "upgrading": HA restarts it."""
     monkeypatch.setattr(updates, "REFUSE_GRACE", 0.5)
@@ -509,10 +510,24 @@ async def test_a_failing_flash_is_reported_and_the_device_restarted(
     assert state.attributes["in_progress"] is False
     assert state.attributes["installed_version"] == "2.4.2"
     assert "did not install it" in state.attributes["release_summary"]
+    # The update dialog shows the release notes, not the summary: the reason heads them.
+    entity = hass.data[UPDATE_COMPONENT].get_entity(ENTITY)
+    assert entity is not None
+    notes = await entity.async_release_notes()
+    assert notes is not None
+    assert notes.startswith("**Kitchen downloaded firmware 2.5.0 but did not install it")
     # Nothing retries by itself: no firmware in its OTA answers, no new upgrade.
     assert len(device.upgrades) == 1
     assert device.ota is not None
     assert all("firmware" not in answer for answer in device.ota.log.responses)
+    # Later it comes back on another version (flashed by hand, say): the failure is no longer news.
+    await device.drop()
+    device.options.firmware_version = "2.5.0"
+    device.system_info["application"]["version"] = "2.5.0"
+    await device.boot_mqtt(ota_url(client), timing=FAST)
+    state = await wait_entity(hass, ENTITY, lambda s: s.attributes["installed_version"] == "2.5.0")
+    assert "did not install it" not in (state.attributes["release_summary"] or "")
+    assert MAC not in hub.firmware.last_error
 
 
 async def test_a_device_that_never_downloads_ends_the_install(
