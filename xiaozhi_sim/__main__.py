@@ -61,6 +61,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="WebSocket as stock firmware uses it: connect only when woken (by --type-from), not at boot",
     )
+    parser.add_argument(
+        "--download-delay",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds added to each 4 KiB page of a firmware download (0.02: about 200 KB/s, a board on Wi-Fi)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
 
@@ -129,6 +136,7 @@ async def run(args: argparse.Namespace) -> int:
         flavor=args.flavor,
         serial_number=args.serial_number,
         nvs_path=args.nvs,
+        download_delay=args.download_delay,
     )
     if args.client_id:
         options.client_id = args.client_id

@@ -22,8 +22,9 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 import hashlib
+import socket
 import struct
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 
@@ -155,6 +156,19 @@ def verify(image: bytes, chip: str) -> FlashedImage:
     return FlashedImage(version, project, chip_id, position)
 
 
+BOARD_RECEIVE_WINDOW = 5760
+"""lwIP's TCP receive window on the boards (``CONFIG_LWIP_TCP_WND_DEFAULT``): what the device's
+stack acknowledges beyond what the firmware has read is this little, not a PC's megabytes."""
+
+
+def _board_socket(addr_info: Any) -> socket.socket:
+    """The download's socket, with the board's small receive buffer (so reading slowly is seen)."""
+    family, kind, proto = addr_info[0], addr_info[1], addr_info[2]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BOARD_RECEIVE_WINDOW)
+    return sock
+
+
 async def download_and_flash(
     url: str,
     chip: str,
@@ -175,7 +189,10 @@ async def download_and_flash(
     written = bytearray()
     try:
         async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600, sock_read=60)) as session,
+            aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=600, sock_read=60),
+                connector=aiohttp.TCPConnector(socket_factory=_board_socket),
+            ) as session,
             session.get(url, allow_redirects=False) as response,
         ):
             if response.status != 200:

@@ -202,7 +202,10 @@ async def test_cli_installs_firmware_and_comes_back_over_mqtt(
     on the new version at once (its MQTT loop, blocked in the tool as the firmware's main task is,
     ends with the restart)."""
     ota, flash = await booted_flash(hass, setup_integration, client, tmp_path)
-    proc = await run_cli("--ota", ota, "--mac", MAC, "--nvs", str(flash), "--reconnect", "--mqtt-reconnect", "0.1")
+    proc = await run_cli(
+        "--ota", ota, "--mac", MAC, "--nvs", str(flash), "--reconnect", "--mqtt-reconnect", "0.1",
+        "--download-delay", "0.03",  # as script/develop runs it: a board on Wi-Fi
+    )  # fmt: skip
     assert proc.stdout is not None
     assert (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().startswith("connected as")
     xdev = setup_integration.runtime_data.devices[MAC]
