@@ -723,3 +723,26 @@ async def test_typed_text_before_any_audio_is_answered_as_text(
     assert "gone" not in caplog.text
     assert "no audio channel yet; its answer is shown as text" in caplog.text
     assert hub.devices[MAC].connection is link  # still connected
+
+
+async def test_an_announcement_address_serves_only_its_device(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+) -> None:
+    """The one-time URL of an idle announcement (notify) is bound to the device's address, as a
+    firmware URL is: another address is refused and does not use it up."""
+    import aiohttp
+
+    device = await make_mqtt(firmware_version="2.5.0")
+    await wait_settled(hub.devices[MAC])
+    device.device_state = "speaking"  # it leaves the notify alone: the test fetches in its place
+    marker = len(device.log)
+    task = hass.async_create_task(announce(hass, "The laundry is done"))
+    notify = await device.wait_message(lambda m: m.get("type") == "notify", after=marker)
+    url = notify["audio_url"]
+    connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+    async with aiohttp.ClientSession(connector=connector) as other, other.get(url) as response:
+        assert response.status == 404  # a neighbour who saw the URL
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        assert response.status == 200  # the device's own address: still valid
+        assert (await response.read()).startswith(b"OggS")
+    await task

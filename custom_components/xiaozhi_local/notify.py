@@ -42,6 +42,8 @@ class Announcement:
 
     sources: list[PcmSource]
     expires: float
+    address: str | None = None
+    """Where the device it was made for last came from: only it may fetch it (as firmware URLs)."""
     fetched: asyncio.Event = field(default_factory=asyncio.Event)
     played: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the stream has been sent (or has ended early)."""
@@ -59,22 +61,36 @@ class AnnouncementStore:
         self._waiting: dict[str, Announcement] = {}
 
     @callback
-    def add(self, sources: list[PcmSource]) -> tuple[str, Announcement]:
-        """A new announcement; returns its token (the last part of its URL)."""
+    def add(self, sources: list[PcmSource], address: str | None = None) -> tuple[str, Announcement]:
+        """A new announcement for the device at ``address``; returns its token (the last part of its URL)."""
         now = self.hass.loop.time()
         for token in [t for t, a in self._waiting.items() if a.expires <= now]:
             self._waiting.pop(token).played.set()
         while len(self._waiting) >= MAX_WAITING:
             self._waiting.pop(next(iter(self._waiting))).played.set()
         token = secrets.token_urlsafe(24)
-        announcement = self._waiting[token] = Announcement(sources, now + NOTIFY_TTL)
+        announcement = self._waiting[token] = Announcement(sources, now + NOTIFY_TTL, address)
         return token, announcement
 
     @callback
-    def take(self, token: str) -> Announcement | None:
-        """The announcement for one fetch (a second fetch, or a late one, finds nothing)."""
-        announcement = self._waiting.pop(token, None)
-        if announcement is None or announcement.expires <= self.hass.loop.time():
+    def take(self, token: str, address: str | None) -> Announcement | None:
+        """The announcement for one fetch, by its device.
+
+        A second fetch, a late one, or one from another address finds nothing; a fetch from
+        elsewhere does not use it up (the device's own still works).
+        """
+        announcement = self._waiting.get(token)
+        if announcement is None:
+            return None
+        if announcement.address is not None and address != announcement.address:
+            _LOGGER.warning(
+                "Refused an announcement's fetch from %s: its address was made for the device at %s",
+                address,
+                announcement.address,
+            )
+            return None
+        del self._waiting[token]
+        if announcement.expires <= self.hass.loop.time():
             return None
         return announcement
 
@@ -92,7 +108,7 @@ class XiaozhiNotifyView(HomeAssistantView):
 
         hass = request.app[KEY_HASS]
         hub = async_get_hub(hass)
-        announcement = hub.announcements.take(token) if hub is not None else None
+        announcement = hub.announcements.take(token, request.remote) if hub is not None else None
         if announcement is None:
             raise web.HTTPNotFound
         announcement.fetched.set()

@@ -161,7 +161,7 @@ async def async_notify(
     None when the device did not fetch it in time (busy: it ignores ``notify`` then, or it cannot
     reach the URL) or could not be told.
     """
-    token, waiting = hub.announcements.add(sources)
+    token, waiting = hub.announcements.add(sources, connection.device.address)
     subtitles = [{"start_ms": 0, "text": text}] if text else []
     if not await connection.async_send_json(voice.notify(hub.notify_url(token), subtitles)):
         return None
