@@ -665,3 +665,21 @@ async def test_the_token_journal_is_kept_private(
     path = tmp_path / "journal"
     write_utf8_file(str(path), "{}", journal._store._private)
     assert path.stat().st_mode & 0o077 == 0
+
+
+async def test_new_identities_for_a_paired_mac_are_warned_about_once_and_counted(
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    hub_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Anyone can name a paired MAC with a new Client-Id, as often as it likes: one warning (not
+    a line each time, which filled the disk), and the count in the device's diagnostics."""
+    for index in range(40):
+        answer = await post_ota(client, MAC, client_id=f"stranger-{index}")
+        assert pending_only(hass, MAC, answer)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and "pair again" in r.getMessage()]
+    assert len(warnings) == 1
+    xdev = setup_integration.runtime_data.devices[MAC]
+    assert xdev.log.counts["asks_to_pair_again"] == 40

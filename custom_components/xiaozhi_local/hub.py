@@ -424,11 +424,11 @@ class XiaozhiHub:
         pending, new = self.pairing.request(mac, report, source)
         if new:
             if (device := self.devices.get(mac)) is not None:
-                _LOGGER.warning(
-                    "A device with the address of %s (%s) asks to pair again with a new identity; "
+                # Anyone can name a paired MAC with a new Client-Id: warned once, counted (diagnostics).
+                device.log.report(
+                    "asks_to_pair_again",
+                    f"a device with its address ({device.name}) asks to pair again with a new identity; "
                     "it was given a code and no token",
-                    device.name,
-                    mac,
                 )
             else:
                 _LOGGER.info("Device %s (%s) asks to join; its code is on its screen", mac, report.board)
