@@ -683,3 +683,33 @@ async def test_new_identities_for_a_paired_mac_are_warned_about_once_and_counted
     assert len(warnings) == 1
     xdev = setup_integration.runtime_data.devices[MAC]
     assert xdev.log.counts["asks_to_pair_again"] == 40
+
+
+async def test_a_paired_device_whose_reports_keep_changing_cannot_fill_the_disk(
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    hub_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """In hostile hands, with its own identity: a new board, chip or version at every OTA check.
+    Each change was a device-registry update (a recorder event), a firmware check and a save;
+    past a few they change nothing for a while, with one warning."""
+    from homeassistant.helpers import device_registry as dr
+
+    updates: list[Any] = []
+    hass.bus.async_listen(dr.EVENT_DEVICE_REGISTRY_UPDATED, updates.append)
+    for index in range(60):
+        body = {
+            "application": {"name": "xiaozhi", "version": f"2.{index}.0"},
+            "board": {"type": f"board-{index}", "name": f"board-{index}"},
+            "chip_model_name": "esp32s3",
+        }
+        resp = await client.post(OTA_PATH, json=body, headers=ota_headers(MAC))
+        assert resp.status == 200
+        assert (await resp.json())["websocket"]["token"] == TOKEN  # still served: it is the device
+    await hass.async_block_till_done()
+    assert len(updates) <= 4
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING and "too often" in r.getMessage()]) == 1
+    xdev = setup_integration.runtime_data.devices[MAC]
+    assert xdev.log.counts["reports_change_too_often"] >= 55

@@ -95,6 +95,10 @@ class VoiceHandler(Protocol):
         """Announce the media at ``url`` (blocks until played)."""
 
 
+REPORT_CHANGE_BURST = 4
+REPORT_CHANGE_RATE = 1 / 600
+"""What a device's OTA checks may change (board, chip, version): a few at once, then one in ten
+minutes. An upgrade changes it once; a device that changes it at every request is not a board."""
 REPORT_SAVE_DELAY = 10.0
 """Seconds before what the device reported is saved (many reports make one write)."""
 USER_SAVE_DELAY = 0.0
@@ -185,6 +189,7 @@ class XiaozhiDevice:
         self.log = OnceLogger(self.mac, _LOGGER)  # each kind of problem is logged once per device
         self._persist = persist or (lambda _delay: None)
         self._notifications = TokenBucket(NOTIFICATION_RATE, NOTIFICATION_BURST)
+        self._report_changes = TokenBucket(REPORT_CHANGE_RATE, REPORT_CHANGE_BURST)
         self.dropped_notifications = 0
         self._listeners: list[Callable[[], None]] = []
         self._notification_listeners: list[NotificationListener] = []
@@ -422,14 +427,43 @@ class XiaozhiDevice:
         """
         if address:
             self.address = address
-        if report.board or report.firmware or report.chip:
+        known = dr.async_get(self.hass).async_get(self.device_id)
+        changes = {
+            key: value
+            for key, value, was in (
+                ("model", report.board, getattr(known, "model", None)),
+                ("sw_version", report.firmware, getattr(known, "sw_version", None)),
+                ("hw_version", report.chip, getattr(known, "hw_version", None)),
+            )
+            if value and value != was
+        }
+        if (changes or self._reported_facts(report) != self.facts) and not self._report_changes.allow(
+            self.hass.loop.time()
+        ):
+            # A real board changes what it reports once an upgrade; one in hostile hands at every
+            # request, and each change is a registry write (a recorder event), a firmware check, a
+            # save. Past a few, its reports change nothing for a while.
+            self.log.report("reports_change_too_often", "what it reports at its OTA check changes too often; ignored")
+            return False
+        if changes:
             dr.async_get(self.hass).async_update_device(
                 self.device_id,
-                model=report.board or UNDEFINED,
-                sw_version=report.firmware or UNDEFINED,
-                hw_version=report.chip or UNDEFINED,
+                model=changes.get("model", UNDEFINED),
+                sw_version=changes.get("sw_version", UNDEFINED),
+                hw_version=changes.get("hw_version", UNDEFINED),
             )
-        facts = BoardFacts.from_dict(
+        facts = self._reported_facts(report)
+        if facts is None or facts == self.facts:
+            return False
+        self.facts = facts
+        self._persist(REPORT_SAVE_DELAY)
+        self._async_notify()
+        return True
+
+    @staticmethod
+    def _reported_facts(report: DeviceReport) -> BoardFacts | None:
+        """What an OTA check says of the board and its firmware (None: not stock firmware)."""
+        return BoardFacts.from_dict(
             {
                 "board": report.board,
                 "chip": report.chip,
@@ -440,12 +474,6 @@ class XiaozhiDevice:
                 "app_slot": report.app_slot,
             }
         )
-        if facts is None or facts == self.facts:
-            return False
-        self.facts = facts
-        self._persist(REPORT_SAVE_DELAY)
-        self._async_notify()
-        return True
 
     @callback
     def async_told(self, transport: str, *, follows: bool = True) -> None:
