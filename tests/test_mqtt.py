@@ -746,3 +746,28 @@ async def test_an_announcement_address_serves_only_its_device(
         assert response.status == 200  # the device's own address: still valid
         assert (await response.read()).startswith(b"OggS")
     await task
+
+
+async def test_a_host_holding_idle_sockets_cannot_lock_out_its_lan(
+    hub: XiaozhiHub, make_mqtt: MqttFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One host of the LAN (the same address here; a /64 or a NAT alike) holds every half-open slot
+    of its source, and keeps opening more: a device of the same source still gets in, each time."""
+    from custom_components.xiaozhi_local import mqtt as mqtt_module
+
+    held = [await _raw(hub) for _ in range(MAX_UNAUTHENTICATED_PER_ADDRESS)]
+    monkeypatch.setattr(mqtt_module, "SILENT_GRACE", 0.0)  # they have been silent long enough
+    try:
+        for _ in range(3):
+            held += [await _raw(hub) for _ in range(5)]  # the flood goes on
+            device = await make_mqtt()
+            await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
+            assert device.online.is_set()
+            await device.drop()
+            await wait_for(hub.devices[MAC], lambda d: d.connection is None)
+        assert hub.mqtt is not None
+        assert hub.mqtt.pending_count <= MAX_UNAUTHENTICATED_PER_ADDRESS  # still bounded
+        assert await _closed(held[0][0]) == b""  # the oldest idle ones gave way
+    finally:
+        for _reader, writer in held:
+            writer.close()

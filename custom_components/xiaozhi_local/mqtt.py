@@ -45,7 +45,9 @@ MAX_UNAUTHENTICATED: Final = 1024
 of the oldest one of the source that holds the most: a flood crowds out itself, not a device."""
 MAX_UNAUTHENTICATED_PER_ADDRESS: Final = 128
 """The same from one source (an IPv4 address, an IPv6 /64: one host has many addresses in it).
-Devices connect at once after a power cut, each from its own address."""
+Devices connect at once after a power cut, each from its own address. Past it the source's oldest
+silent connection gives way to the new one: devices behind the same NAT or in the same /64 as a
+flooding host still get in."""
 MAX_WRITE_BUFFER: Final = 256 * 1024
 """Bytes queued for a device that does not read before its link is dropped."""
 WRITE_TIMEOUT: Final = 2.0
@@ -546,6 +548,23 @@ class MqttEndpoint:
         victim.transport.abort()
         return True
 
+    def _room_in_source(self, source: str) -> bool:
+        """Room for one more connection from ``source`` (an address, or an IPv6 /64: a whole LAN).
+
+        Past its bound the source's oldest connection goes, once it has been silent for a while
+        (a device sends its CONNECT right after connecting): one host holding idle sockets cannot
+        lock out the other devices of its LAN or NAT, whose connection is always the newest.
+        """
+        writers = self._pending.get(source, {})
+        if len(writers) < MAX_UNAUTHENTICATED_PER_ADDRESS:
+            return True
+        oldest = next(iter(writers))
+        if self.hass.loop.time() - self._pending_since[oldest][0] < SILENT_GRACE:
+            return False  # all of them just came: a burst crowds out itself
+        self._forget_pending(oldest)
+        oldest.transport.abort()
+        return True
+
     def _forget_pending(self, writer: asyncio.StreamWriter) -> None:
         _since, source = self._pending_since.pop(writer, (0.0, ""))
         writers = self._pending.get(source)
@@ -559,11 +578,7 @@ class MqttEndpoint:
         peer = writer.get_extra_info("peername")
         address = str(peer[0]) if peer else ""
         source = source_of(address)
-        if (
-            self.hub.stopping
-            or len(self._pending.get(source, {})) >= MAX_UNAUTHENTICATED_PER_ADDRESS
-            or not self._make_room(source)
-        ):
+        if self.hub.stopping or not self._room_in_source(source) or not self._make_room(source):
             self.log.report("mqtt_flood", f"too many connections without a CONNECT (from {address}); closing new ones")
             writer.transport.abort()
             return
