@@ -26,6 +26,7 @@ LINK_INTERFACE = {
     "client",
     "log",
     "device",
+    "gone",
 }
 
 

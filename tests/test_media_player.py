@@ -570,3 +570,21 @@ async def test_a_signed_address_is_never_shown_or_logged(
     assert "authSig=" in str(err.value) or "404" in str(err.value)  # ffmpeg's own words, kept
     ours = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("custom_components.xiaozhi_local"))
     assert re.findall(r"authSig=([^&\s'\"…]+)", str(err.value) + ours) == []
+
+
+async def test_media_by_notify_ends_when_the_device_goes(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], radio: Radio
+) -> None:
+    """A radio station played by notify to an idle 2.5 device; its MQTT link drops while it still
+    holds the stream (it stops reading, say): the player is off, and the station's stream and
+    its ffmpeg end now, not when the device's socket finally times out."""
+    device = await mqtt_online(hub, client, firmware_version="2.5.0")
+    await play(hass, radio.url("/stream.mp3"))
+    await wait_entity(hass, PLAYER, lambda s: s.state == "playing")
+    await device.wait_message(lambda m: m.get("type") == "notify")
+    await device.drop_mqtt()  # the link goes; its notify fetch goes on
+    await wait_entity(hass, PLAYER, lambda s: s.state == "off")
+    await radio.wait_no_listeners()
+    await media_tasks_done(hass)
+    assert ffmpeg_left(hass) == []
+    await device.drop()

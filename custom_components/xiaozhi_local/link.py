@@ -71,6 +71,8 @@ class DeviceLink(ABC):
         self.missed_pings = 0
         self._discovery: asyncio.Task[None] | None = None
         self._listen_mode: str | None = None  # of its last listen start
+        self.gone = False
+        """The link has ended (a conversation's end over MQTT is not that)."""
         self._cancel_idle: CALLBACK_TYPE | None = None
 
     # -- what a transport provides ------------------------------------------------------------
@@ -156,6 +158,7 @@ class DeviceLink(ABC):
     @callback
     def _cleanup(self) -> None:
         """The link is gone: nothing waits on it, no timer outlives it, the device is detached."""
+        self.gone = True
         self.touch()
         self.session.close(f"device {self.device.mac} disconnected")
         if self._discovery is not None:

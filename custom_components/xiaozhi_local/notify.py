@@ -13,7 +13,7 @@ import contextlib
 from dataclasses import dataclass, field
 import logging
 import secrets
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 from homeassistant.core import HomeAssistant, callback
@@ -50,7 +50,15 @@ class Announcement:
     heard_until: float | None = None
     """When the device will have played what was sent (loop time), for a stream sent whole."""
     stopped: bool = False
-    """Stopped by Home Assistant (a media player's stop): the stream ends where it is."""
+    """Stopped by Home Assistant (a media player's stop, the device gone): the stream ends where it is."""
+    streaming: asyncio.Task[Any] | None = None
+    """The request that streams it (cancelled by ``stop``: its ffmpeg and upstream end with it)."""
+
+    def stop(self) -> None:
+        """End the stream now, even while a device that stopped reading holds its socket."""
+        self.stopped = True
+        if self.streaming is not None and not self.streaming.done():
+            self.streaming.cancel()
 
 
 class AnnouncementStore:
@@ -112,6 +120,7 @@ class XiaozhiNotifyView(HomeAssistantView):
         if announcement is None:
             raise web.HTTPNotFound
         announcement.fetched.set()
+        announcement.streaming = asyncio.current_task()
         response = web.StreamResponse(headers={"Content-Type": "audio/ogg"})
         await response.prepare(request)
         with downlink_encoder(hass) as encoder:

@@ -185,7 +185,7 @@ async def async_until_played(waiting: Announcement) -> None:
             loop = asyncio.get_running_loop()
             await asyncio.sleep(max(0.0, waiting.heard_until - loop.time()))
     except asyncio.CancelledError:
-        waiting.stopped = True
+        waiting.stop()
         raise
 
 

@@ -126,6 +126,13 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):
             _LOGGER.debug("Device %s disconnected during a conversation; ending it", self.device.mac)
             self._end_run(run)
         self._no_answer()
+        if self._idle_media is not None and connection.gone and self.device.connection in (connection, None):
+            # Media by notify to a device that is gone: its stream (ffmpeg, the upstream) ends now,
+            # not when the socket of a device that stopped reading finally times out.
+            _title, task = self._idle_media
+            self._idle_media = None
+            task.cancel()
+            self.device.async_link_changed()
 
     def _cancel_deferred_detect(self) -> str | None:
         if self._deferred_detect is None:
