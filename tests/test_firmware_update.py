@@ -1034,3 +1034,21 @@ async def test_a_websocket_device_gets_waiting_firmware_at_the_end_of_a_normal_c
     assert device.upgrades[-1]["result"] == "ok"
     state = await wait_entity(hass, ENTITY, lambda s: s.attributes["installed_version"] == "2.5.0")
     assert state.state == "off"
+
+
+async def test_progress_is_shown_at_a_boards_speed(
+    hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory, firmware_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in the demo: a board reading at about 130 KB/s, and the entity's step of one second. The
+    device's stack acknowledges little beyond what it has read (the simulator's small receive
+    window), so what the entity shows between 0 and 100 is what the device has."""
+    monkeypatch.setattr(updates, "PROGRESS_EVERY", 1.0)
+    put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0", size=300_000))
+    device = await make_mqtt(download_delay=0.03)
+    await online(hub)
+    await offered(hass, "2.5.0")
+    progress = Progress(hass)
+    await install(hass)
+    assert [p for p in progress.percentages if 0 < p < 100], progress.seen
+    assert device.upgrades[-1]["result"] == "ok"
+    progress.unsubscribe()

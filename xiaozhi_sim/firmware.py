@@ -192,6 +192,7 @@ async def download_and_flash(
             aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=600, sock_read=60),
                 connector=aiohttp.TCPConnector(socket_factory=_board_socket),
+                read_bufsize=PAGE_SIZE,  # what the client buffers ahead of the firmware's reads: little
             ) as session,
             session.get(url, allow_redirects=False) as response,
         ):
