@@ -713,3 +713,51 @@ async def test_a_paired_device_whose_reports_keep_changing_cannot_fill_the_disk(
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING and "too often" in r.getMessage()]) == 1
     xdev = setup_integration.runtime_data.devices[MAC]
     assert xdev.log.counts["reports_change_too_often"] >= 55
+
+
+async def test_pairing_sessions_are_bounded_and_say_a_code_made_once(
+    hass: HomeAssistant, ready: Any, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
+) -> None:
+    """One anonymous OTA request yields a pending token; it opened any number of sessions, each
+    synthesising the code's speech. Now: one live session per pending device (a new one ends the
+    one before), a few in all (503 past them), and the speech of a code made once."""
+    from aiohttp import WSServerHandshakeError
+
+    from custom_components.xiaozhi_local.pairing_session import MAX_SESSIONS
+
+    def headers(mac: str, token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}", "Device-Id": mac, "Client-Id": STRANGER, "Protocol-Version": "1"}
+
+    async def pending_token(mac: str) -> str:
+        return token_of(await post_ota(client, mac, client_id=STRANGER))
+
+    mac = "aa:bb:cc:00:22:00"
+    token = await pending_token(mac)
+    first = await client.ws_connect(WS_PATH, headers=headers(mac, token))  # says no hello: stays live
+    second = await client.ws_connect(WS_PATH, headers=headers(mac, token))
+    closed = await asyncio.wait_for(first.receive(), 5)
+    assert closed.type.name in ("CLOSE", "CLOSED", "CLOSING")  # replaced by the newer one
+    await second.close()
+    # The same code said twice: its speech is made once.
+    for _ in range(2):
+        sdk = SimulatedDevice(
+            SimulatorOptions(url=hub_url, token=token, mac=mac, client_id=STRANGER, flavor="xiaozhi-sdk")
+        )
+        await sdk.connect()
+        await sdk.wait_closed()
+        assert sdk.audio
+        await sdk.drop()
+    assert len([m for m in ready.tts.messages if "code" in m.lower() or any(c.isdigit() for c in m)]) == 1
+    # Sessions of other pending devices at once: a few, then 503.
+    held = []
+    try:
+        for index in range(1, MAX_SESSIONS + 1):
+            other = f"aa:bb:cc:00:22:{index:02x}"
+            held.append(await client.ws_connect(WS_PATH, headers=headers(other, await pending_token(other))))
+        extra = "aa:bb:cc:00:22:ff"
+        with pytest.raises(WSServerHandshakeError) as refused:
+            await client.ws_connect(WS_PATH, headers=headers(extra, await pending_token(extra)))
+        assert refused.value.status == 503
+    finally:
+        for ws in held:
+            await ws.close()

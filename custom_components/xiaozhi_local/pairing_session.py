@@ -11,7 +11,7 @@ the hello.
 import asyncio
 from collections.abc import AsyncGenerator
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import json
 import logging
 import secrets
@@ -22,7 +22,9 @@ from homeassistant.components import tts
 from homeassistant.components.assist_pipeline.pipeline import async_get_pipeline
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
+from homeassistant.util.hass_dict import HassKey
 
+from .const import DOMAIN
 from .media import tts_pcm
 from .pairing import PendingDevice, activation_message
 from .protocol.framing import pack_frame
@@ -35,6 +37,22 @@ HELLO_TIMEOUT: Final = 10.0
 """Seconds the client has to say hello."""
 MAX_MESSAGE: Final = 4096
 """A hello is small; the session reads nothing else."""
+MAX_SESSIONS: Final = 8
+"""Pairing sessions at once, for all pending devices: anyone who asked OTA has a pending token."""
+MAX_SPOKEN: Final = 16
+"""Codes whose speech is kept (each is said again to the device that asks again)."""
+
+
+@dataclass(slots=True)
+class _Sessions:
+    """What bounds the pairing sessions: one live per pending device, a few in all, speech made once."""
+
+    live: dict[str, web.WebSocketResponse] = field(default_factory=dict)
+    spoken: dict[tuple[str, str, str], bytes] = field(default_factory=dict)
+    """The PCM of each code's speech, by (MAC, code, text)."""
+
+
+DATA_SESSIONS: Final[HassKey[_Sessions]] = HassKey(f"{DOMAIN}_pairing_sessions")
 
 
 @dataclass(slots=True)
@@ -75,8 +93,35 @@ class _PairingLink:
 async def async_run_pairing_session(
     hass: HomeAssistant, request: web.Request, pending: PendingDevice, protocol_version: int
 ) -> web.StreamResponse:
-    """Accept the socket, answer the hello, say the code, close."""
+    """Accept the socket, answer the hello, say the code, close.
+
+    Bounded: a new session for the same device ends the one before, no more than
+    ``MAX_SESSIONS`` run at once (503 past it), and the code's speech is made once per code.
+    """
+    sessions = hass.data.setdefault(DATA_SESSIONS, _Sessions())
+    if (earlier := sessions.live.get(pending.mac)) is not None:
+        await earlier.close(code=1000, message=b"replaced by a new session")
+    elif len(sessions.live) >= MAX_SESSIONS:
+        _LOGGER.debug("Refused a pairing session for %s: %d run already", pending.mac, MAX_SESSIONS)
+        raise web.HTTPServiceUnavailable
     ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, autoping=True, compress=False, timeout=5)
+    sessions.live[pending.mac] = ws
+    try:
+        return await _async_session(hass, sessions, ws, request, pending, protocol_version=protocol_version)
+    finally:
+        if sessions.live.get(pending.mac) is ws:
+            del sessions.live[pending.mac]
+
+
+async def _async_session(
+    hass: HomeAssistant,
+    sessions: _Sessions,
+    ws: web.WebSocketResponse,
+    request: web.Request,
+    pending: PendingDevice,
+    *,
+    protocol_version: int,
+) -> web.StreamResponse:
     await ws.prepare(request)
     link = _PairingLink(ws, pending.mac, protocol_version)
     try:
@@ -87,7 +132,7 @@ async def async_run_pairing_session(
         await link.async_send_json(server_hello(secrets.token_hex(8)))
         text = activation_message(pending.code, pending.report.language or hass.config.language)
         _LOGGER.info("Device %s waits for its code: telling it over its connection", pending.mac)
-        await async_speak(hass, link, _speech(hass, text), lambda: text)
+        await async_speak(hass, link, _spoken(hass, sessions, (pending.mac, pending.code, text)), lambda: text)
     except TimeoutError:
         _LOGGER.debug("Device %s opened a pairing session and said no hello", pending.mac)
     finally:
@@ -102,6 +147,33 @@ def _is_hello(text: str) -> bool:
     except ValueError:
         return False
     return isinstance(data, dict) and data.get("type") == "hello"
+
+
+def _spoken(hass: HomeAssistant, sessions: _Sessions, key: tuple[str, str, str]) -> AsyncGenerator[bytes] | None:
+    """The code's speech: made (and kept) the first time, the same PCM every time after."""
+    if (pcm := sessions.spoken.get(key)) is not None:
+        return _replay(pcm)
+    source = _speech(hass, key[2])
+    return None if source is None else _keeping(sessions, key, source)
+
+
+async def _replay(pcm: bytes) -> AsyncGenerator[bytes]:
+    for offset in range(0, len(pcm), 16384):
+        yield pcm[offset : offset + 16384]
+
+
+async def _keeping(
+    sessions: _Sessions, key: tuple[str, str, str], source: AsyncGenerator[bytes]
+) -> AsyncGenerator[bytes]:
+    """``source`` as it comes, kept whole once it has ended."""
+    made = bytearray()
+    async with contextlib.aclosing(source):
+        async for pcm in source:
+            made += pcm
+            yield pcm
+    while len(sessions.spoken) >= MAX_SPOKEN:
+        del sessions.spoken[next(iter(sessions.spoken))]
+    sessions.spoken[key] = bytes(made)
 
 
 def _speech(hass: HomeAssistant, text: str) -> AsyncGenerator[bytes] | None:
