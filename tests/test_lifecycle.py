@@ -59,6 +59,17 @@ async def mqtt_device(hub: XiaozhiHub, client: TestClient[Any, Any]) -> AsyncIte
     await device.drop()
 
 
+def nothing_grew(baseline: dict[str, int] | None) -> None:
+    """Tasks, OS threads, fds and child processes are where they were at ``baseline`` (a thread
+    and two fds of slack: HA's executor may start one more worker)."""
+    assert baseline is not None
+    after = resources()
+    assert after["tasks"] <= baseline["tasks"], (baseline, after)
+    assert after["threads"] <= baseline["threads"] + 1, (baseline, after)
+    assert after["fds"] <= baseline["fds"] + 2, (baseline, after)
+    assert after["children"] == 0, (baseline, after)
+
+
 def goodbyes(device: SimulatedDevice) -> int:
     return device.count(lambda m: m.get("type") == "goodbye")
 
@@ -160,12 +171,7 @@ async def test_mqtt_device_through_twenty_conversations(
         await hass.async_block_till_done(wait_background_tasks=True)
         if index == len(endings) - 1:
             baseline = resources()  # once each ending ran (the codec thread and HA's caches exist)
-    assert baseline is not None
-    after = resources()
-    assert after["tasks"] <= baseline["tasks"], (baseline, after)
-    assert after["threads"] <= baseline["threads"] + 1, (baseline, after)
-    assert after["fds"] <= baseline["fds"] + 2, (baseline, after)
-    assert after["children"] == 0
+    nothing_grew(baseline)
     assert xdev.connection is not None  # the link lived through all of them
 
 
@@ -219,12 +225,7 @@ async def test_pairing_sessions_leave_nothing_behind(
         await hass.async_block_till_done(wait_background_tasks=True)
         if index == 1:
             baseline = resources()
-    assert baseline is not None
-    after = resources()
-    assert after["threads"] <= baseline["threads"] + 1, (baseline, after)
-    assert after["tasks"] <= baseline["tasks"], (baseline, after)
-    assert after["fds"] <= baseline["fds"] + 2, (baseline, after)
-    assert after["children"] == 0
+    nothing_grew(baseline)
 
 
 async def test_idle_announcements_by_notify_leave_nothing_behind(
@@ -244,11 +245,7 @@ async def test_idle_announcements_by_notify_leave_nothing_behind(
             if index == 1:
                 baseline = resources()
         assert len(device.notify_pcm) > 0  # spoken: the sim decoded what it fetched
-        assert baseline is not None
-        after = resources()
-        assert after["threads"] <= baseline["threads"] + 1, (baseline, after)
-        assert after["tasks"] <= baseline["tasks"], (baseline, after)
-        assert after["fds"] <= baseline["fds"] + 2, (baseline, after)
+        nothing_grew(baseline)
     finally:
         await device.drop()
 
@@ -316,12 +313,7 @@ async def test_websocket_clients_through_many_conversations(
         await hass.async_block_till_done(wait_background_tasks=True)
         if index == len(endings) - 1:
             baseline = resources()
-    assert baseline is not None
-    after = resources()
-    assert after["tasks"] <= baseline["tasks"], (baseline, after)
-    assert after["threads"] <= baseline["threads"] + 1, (baseline, after)
-    assert after["fds"] <= baseline["fds"] + 2, (baseline, after)
-    assert after["children"] == 0
+    nothing_grew(baseline)
 
 
 async def test_conversations_go_on_across_a_home_assistant_restart(

@@ -123,6 +123,16 @@ async def ws_device(hub: XiaozhiHub, client: TestClient[Any, Any]) -> AsyncItera
     await device.drop()
 
 
+async def idle_once_heard(hass: HomeAssistant) -> None:
+    """The song's length passes (on the loop's clock): the player is idle, not before."""
+    clock = Clock(hass)
+    try:
+        await clock.advance(SONG_SECONDS)
+        await wait_entity(hass, PLAYER, lambda s: s.state == "idle")
+    finally:
+        clock.restore()
+
+
 async def play(hass: HomeAssistant, media_id: str, **extra: Any) -> None:
     await hass.services.async_call(
         "media_player",
@@ -324,12 +334,7 @@ async def test_an_idle_25_device_plays_it_by_notify(
     for _ in range(5):
         await asyncio.sleep(0.01)
     assert hass.states.get(PLAYER).state == "playing"  # type: ignore[union-attr]
-    clock = Clock(hass)
-    try:
-        await clock.advance(SONG_SECONDS)
-        await wait_entity(hass, PLAYER, lambda s: s.state == "idle")
-    finally:
-        clock.restore()
+    await idle_once_heard(hass)
     await device.drop()
 
 
@@ -541,12 +546,7 @@ async def test_the_speaker_plays_with_the_satellite_disabled(
     await wait_entity(hass, PLAYER, lambda s: s.state == "playing" and s.attributes.get("media_title") == "song")
     await asyncio.gather(*device.notify_tasks)
     assert abs(len(device.notify_pcm) / 2 / 24000 - SONG_SECONDS) < 0.2
-    clock = Clock(hass)
-    try:
-        await clock.advance(SONG_SECONDS)
-        await wait_entity(hass, PLAYER, lambda s: s.state == "idle")
-    finally:
-        clock.restore()
+    await idle_once_heard(hass)
     await mqtt_in_conversation(hub, device)  # woken: over the conversation's UDP channel
     await play(hass, "media-source://media_source/local/song.wav")
     await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "start")
