@@ -577,6 +577,8 @@ class SimulatedDevice:
                 self.notify_status.append(response.status)
                 if response.status == 200:
                     self.notify_pcm += decode_ogg_opus(await response.read())
+        except aiohttp.ClientError as err:  # the stream was cut: the firmware stops playing
+            _LOGGER.debug("notify stream ended: %s", err)
         finally:
             if self.device_state == "notifying":
                 self.device_state = "idle"
