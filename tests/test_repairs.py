@@ -1,5 +1,6 @@
 """Repair issues where the user must act: unreachable URL, missing ffmpeg, a device with a wrong token."""
 
+import asyncio
 from typing import Any
 
 from aiohttp.test_utils import TestClient
@@ -71,3 +72,21 @@ async def test_wrong_token_repeated(hass: HomeAssistant, client: TestClient[Any,
         await ws.send_str('{"type":"hello"}')
         await ws.receive()
     assert issue(hass, issue_id) is None
+
+
+async def test_a_wrong_token_for_a_paired_mac_costs_what_an_unknown_mac_costs(
+    hass: HomeAssistant, client: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pairing status must not leak by timing: the refusal of a paired MAC's wrong token does the
+    same work before its answer as an unknown MAC's (the repair's bookkeeping comes after)."""
+    from custom_components.xiaozhi_local import hub as hub_module
+    from custom_components.xiaozhi_local.hub import Refused
+
+    calls: list[tuple[str, int]] = []
+    monkeypatch.setattr(hub_module, "async_wrong_token", lambda _hass, mac, _name, count: calls.append((mac, count)))
+    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    assert hub.async_authenticate(MAC, "wrong-token") is Refused.GUESS
+    assert hub.async_authenticate("cc:ba:97:00:00:09", "wrong-token") is Refused.GUESS
+    assert calls == []  # nothing more was done for the paired MAC before the answer
+    await asyncio.sleep(0)
+    assert calls == [(MAC, 1)]  # then its count, for the repair

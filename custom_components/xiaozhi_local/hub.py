@@ -533,7 +533,9 @@ class XiaozhiHub:
             return refusal  # an identity still waiting for its code (a paired MAC's new one too)
         if not matches or not token:
             device.refused_tokens += 1
-            async_wrong_token(self.hass, mac, device.name, device.refused_tokens)
+            # The repair's bookkeeping after the answer: refusing a paired MAC's wrong token costs
+            # what refusing an unknown MAC does, so its timing tells nobody what is paired.
+            self.hass.loop.call_soon(async_wrong_token, self.hass, mac, device.name, device.refused_tokens)
             return refusal
         if device.refused_tokens:
             device.refused_tokens = 0
