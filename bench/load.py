@@ -99,7 +99,7 @@ def prepare(
     (config / "configuration.yaml").write_text("api:\nwebsocket_api:\nbench_probe:\nlogger:\n  default: warning\n")
     (config / "custom_components").mkdir()
     (config / "custom_components" / "xiaozhi_local").symlink_to(ROOT / "custom_components" / "xiaozhi_local")
-    shutil.copytree(ROOT / "bench" / "probe", config / "custom_components" / "bench_probe")
+    shutil.copytree(ROOT / "bench" / "bench_probe", config / "custom_components" / "bench_probe")
 
 
 def seed_probe_entry(config: Path) -> None:

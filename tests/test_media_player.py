@@ -23,7 +23,7 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 from pytest_homeassistant_custom_component.typing import WebSocketGenerator
 
-from bench.probe.engines import mp3_of, tone_wav, wav_of
+from bench.bench_probe.engines import mp3_of, tone_wav, wav_of
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 

@@ -325,7 +325,7 @@ async def test_announce_media_url_with_preannounce(
     from aiohttp import web
     from aiohttp.test_utils import TestServer
 
-    from bench.probe.engines import tone_wav
+    from bench.bench_probe.engines import tone_wav
 
     async def chime(request: web.Request) -> web.Response:
         return web.Response(body=tone_wav(0.5, 16000), content_type="audio/wav")

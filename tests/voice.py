@@ -27,7 +27,7 @@ from pytest_homeassistant_custom_component.common import (
     mock_platform,
 )
 
-from bench.probe.engines import PcmSpeechToText, mp3_of, tone_wav
+from bench.bench_probe.engines import PcmSpeechToText, mp3_of, tone_wav
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TEST_DOMAIN = "voicetest"

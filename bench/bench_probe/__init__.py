@@ -25,7 +25,7 @@ from homeassistant.components.websocket_api.decorators import async_response, we
 from homeassistant.config_entries import ConfigEntry
 from homeassistant.const import Platform
 from homeassistant.core import Context, HomeAssistant
-from homeassistant.helpers import entity_registry as er, llm
+from homeassistant.helpers import config_validation as cv, entity_registry as er, llm
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 from homeassistant.helpers.typing import ConfigType
 import probatio as vol
@@ -33,6 +33,7 @@ import probatio as vol
 from .voice import voice_log
 
 DOMAIN = "bench_probe"
+CONFIG_SCHEMA = cv.empty_config_schema(DOMAIN)
 INTERVAL = 0.02
 PLATFORMS = [Platform.CONVERSATION, Platform.STT, Platform.TTS]
 
