@@ -30,10 +30,6 @@ class Conversation:
     """When it opened (the event loop's clock)."""
     quiet_since: float | None = None
     """Since when the device has listened with nobody speaking or typing (None: someone did since)."""
-    turns: int = 0
-    """Listening turns started in it."""
-    exchanges: int = 0
-    """Utterances heard and texts typed in it."""
 
     def listening(self, now: float, timeout: float) -> float:
         """A listening turn starts at ``now``: seconds left until silence ends the conversation.
@@ -42,7 +38,6 @@ class Conversation:
         without speech (HA's command limit, a result with no text) do not restart the clock, and a
         new conversation starts it anew.
         """
-        self.turns += 1
         if self.quiet_since is None:
             self.quiet_since = now
         return max(0.0, timeout - (now - self.quiet_since))
@@ -50,4 +45,3 @@ class Conversation:
     def heard(self) -> None:
         """Someone spoke or typed: the next silence is counted from the next listening turn."""
         self.quiet_since = None
-        self.exchanges += 1
