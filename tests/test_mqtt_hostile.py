@@ -7,6 +7,7 @@ all of 127.0.0.0/8 to the loopback interface, so a client may bind any of them).
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
+import random
 import socket
 from typing import Any
 
@@ -31,6 +32,7 @@ from xiaozhi_sim.mqtt import mqtt_connect
 
 from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_online, served_hub, wait_for
 from .helpers import next_answer
+from .voice import Voice
 
 CONNACK_ACCEPTED = bytes([0x20, 2, 0, 0])
 CONNACK_BAD_CREDENTIALS = bytes([0x20, 2, 0, 4])
@@ -86,10 +88,10 @@ async def test_a_flood_of_half_open_connections_cannot_keep_a_device_out(
             _reader, writer = await connect_from(hub, f"127.0.{1 + spread // 256}.{spread % 256}")
             held.append(writer)
         assert hub.mqtt is not None
-        await until(lambda: hub.mqtt is not None and hub.mqtt.pending_count == MAX_UNAUTHENTICATED)
+        await until(lambda: hub.mqtt is not None and hub.mqtt.pending_count == MAX_UNAUTHENTICATED, 30)
         if silent:  # the flood's connections are old enough to give way (no real wait in a test)
             monkeypatch.setattr(mqtt_module, "SILENT_GRACE", 0.0)
-        device = await asyncio.wait_for(mqtt_online(hub, client), 5)
+        device = await asyncio.wait_for(mqtt_online(hub, client), 30)  # a guard against a hang
         assert hub.devices[MAC].connection is not None
         await device.drop()
     finally:
@@ -187,12 +189,17 @@ async def test_a_device_that_pings_but_never_reads_is_closed(hass: HomeAssistant
 
 
 async def test_forged_audio_cannot_move_the_devices_audio(
-    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any]
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, client: TestClient[Any, Any]
 ) -> None:
-    """A datagram of the session that decrypts to Opus (here: really the device's keys, the
-    strongest forgery) from another address, or a lone one from another port, does not move where
-    audio goes; a NAT's new mapping (several in a row from one new port) does."""
-    from custom_components.xiaozhi_local.mqtt import MOVE_EVIDENCE, MqttLink
+    """Where the device's audio goes moves only as a NAT's new mapping looks.
+
+    Datagrams of the session that decrypt to the device's packets (here: really its keys, the
+    strongest forgery) from another host, or from another port while the device streams from its
+    own, move nothing; the device's own from a new port, at its next turn, do. A thousand guesses
+    without the key from a port of its address at a new turn move nothing either.
+    """
+    from custom_components.xiaozhi_local.mqtt import MqttLink
+    from custom_components.xiaozhi_local.protocol.udp import MOVE_EVIDENCE, MOVE_GUESSES
     from xiaozhi_sim.voice import MicEncoder
 
     from .conftest import mqtt_in_conversation
@@ -204,7 +211,7 @@ async def test_forged_audio_cannot_move_the_devices_audio(
     assert hub.mqtt is not None
     peer = link.peer
     assert peer is not None
-    packets = iter(MicEncoder(60).packets(bytes(32000 * 4)))
+    packets = iter(MicEncoder(60).packets(bytes(32000 * 8)))
     loop = asyncio.get_running_loop()
     elsewhere, _ = await loop.create_datagram_endpoint(
         asyncio.DatagramProtocol, local_addr=("127.0.0.2", 0), remote_addr=("127.0.0.1", hub.mqtt.udp_port)
@@ -212,21 +219,46 @@ async def test_forged_audio_cannot_move_the_devices_audio(
     other_port, _ = await loop.create_datagram_endpoint(
         asyncio.DatagramProtocol, remote_addr=("127.0.0.1", hub.mqtt.udp_port)
     )
+    listen_start = {"session_id": link.session.session_id, "type": "listen", "state": "start", "mode": "auto"}
     try:
         frames = link.audio_frames
         for _ in range(5):
             elsewhere.sendto(device.seal(next(packets)))  # another host, however genuine
-        other_port.sendto(device.seal(next(packets)))  # one from another port of its address
+        for _ in range(2 * MOVE_EVIDENCE):
+            other_port.sendto(device.seal(next(packets)))  # another port while the device streams
         device.send_datagram(next(packets))  # the device goes on from where it was
         await until(lambda: link.audio_frames == frames + 1)
         assert link.peer == peer
-        await device.rebind_udp()  # its NAT maps it anew: it keeps talking from the new port
+
+        await device.send_json(listen_start)  # its next turn: its NAT mapped it anew meanwhile
+        await device.rebind_udp()
         for _ in range(MOVE_EVIDENCE):
             device.send_datagram(next(packets))
         await until(lambda: link.peer != peer)
         assert link.peer is not None
         assert link.peer[0] == peer[0]
         assert link.audio_frames == frames + 1 + MOVE_EVIDENCE  # none of its audio was lost
+        moved = link.peer
+
+        await device.send_json(listen_start)  # the next turn: a neighbour of its address guesses
+        header = device.seal(next(packets))[:16]  # what an observer of the path has seen
+        guesses = random.Random(7)
+        first = device.local_sequence + 1
+
+        def refused(count: int) -> Callable[[], bool]:
+            return lambda: sum(link.log.counts.values()) == count
+
+        for batch in range(10):  # in batches the socket's buffer holds, consecutive sequence numbers
+            expected = sum(link.log.counts.values()) + 100
+            for index in range(batch * 100, batch * 100 + 100):
+                sequence = (first + index).to_bytes(4)
+                other_port.sendto(header[:2] + (61).to_bytes(2) + header[4:12] + sequence + guesses.randbytes(61))
+            await until(refused(expected))
+        device.send_datagram(next(packets))  # sent after the guesses: handled after them
+        await until(lambda: link.audio_frames == frames + 2 + MOVE_EVIDENCE)
+        assert link.peer == moved
+        assert link.audio is not None
+        assert link.audio.guesses == MOVE_GUESSES
     finally:
         elsewhere.close()
         other_port.close()

@@ -14,7 +14,6 @@ session. Anything else is refused, counted per address, and logged once.
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field
 import ipaddress
 import logging
 import secrets
@@ -31,7 +30,7 @@ from .link import ClientInfo, DeviceLink
 from .protocol import mqtt as codec
 from .protocol.logs import OnceLogger
 from .protocol.messages import ClientHello, ControlMessage, normalize_mac, server_hello
-from .protocol.udp import AudioChannel, UdpError, ssrc_of
+from .protocol.udp import AudioChannel, AudioPeer, UdpError, ssrc_of
 from .repairs import async_udp_arrived, async_udp_blocked
 
 _LOGGER = logging.getLogger(__name__)
@@ -70,20 +69,8 @@ UNANSWERED_LIMIT: Final = 3
 """Requests in a row a device may leave unanswered before its link is closed: one that keeps
 pinging but no longer reads what is sent to it would hold every call for its full timeout."""
 READ_SIZE: Final = 16384
-MOVE_EVIDENCE: Final = 3
-"""Datagrams in a row from one new port of the device's address before its audio goes there (a NAT
-that mapped it anew). One that merely decrypts to something Opus-like by chance must not move it."""
 UDP_DEADLINE: Final = 10.0
 """Seconds after ``listen start`` within which a device's first audio datagram must arrive."""
-
-
-@dataclass
-class _Move:
-    """Datagrams from a new port of the peer's address: the evidence that the device moved there."""
-
-    addr: tuple[str, int]
-    last: int = 0  # their sequence so far
-    packets: list[bytes] = field(default_factory=list)
 
 
 def source_of(address: str) -> str:
@@ -125,10 +112,8 @@ class MqttLink(DeviceLink):
         self.decoder = decoder
         self.keepalive = keepalive
         self.topic = mqtt_topic(device.mac)
-        self.channel: AudioChannel | None = None
-        self.peer: tuple[str, int] | None = None  # where the channel's audio goes: proved by a datagram
+        self.audio: AudioPeer | None = None  # the conversation's UDP channel and where its audio goes
         self.closing = False
-        self._move: _Move | None = None  # a new port the device's audio may come from now
         self._cancel_udp_check: CALLBACK_TYPE | None = None
         super().__init__(hass, device, client, vision_url)
         self.session.hello_reply = self._hello_reply
@@ -256,14 +241,15 @@ class MqttLink(DeviceLink):
     def _hello_reply(self, hello: ClientHello) -> dict[str, Any]:
         """A device hello opens a conversation: new keys, a new session id, the UDP address."""
         self._close_channel()
-        self.channel = AudioChannel(frame_ms=hello.audio_params.frame_duration)
-        while self.channel.ssrc in self.endpoint.channels:  # the tag routes datagrams: unique
-            self.channel = AudioChannel(frame_ms=hello.audio_params.frame_duration)
-        self.endpoint.channels[self.channel.ssrc] = self
+        channel = AudioChannel(frame_ms=hello.audio_params.frame_duration)
+        while channel.ssrc in self.endpoint.channels:  # the tag routes datagrams: unique
+            channel = AudioChannel(frame_ms=hello.audio_params.frame_duration)
+        self.audio = AudioPeer(channel)
+        self.endpoint.channels[channel.ssrc] = self
         self.session.session_id = secrets.token_hex(8)
         reply = server_hello(self.session.session_id, self.session.sample_rate)
         reply["transport"] = "udp"
-        reply["udp"] = self.channel.hello_fields(self.endpoint.udp_host(self.writer), self.endpoint.udp_port)
+        reply["udp"] = channel.hello_fields(self.endpoint.udp_host(self.writer), self.endpoint.udp_port)
         self.device.async_open_conversation(self)  # a new one: nothing of the last (its silence) carries over
         return reply
 
@@ -271,69 +257,43 @@ class MqttLink(DeviceLink):
         if self._cancel_udp_check is not None:
             self._cancel_udp_check()
             self._cancel_udp_check = None
-        if self.channel is None:
+        if self.audio is None:
             return
-        if self.endpoint.channels.get(self.channel.ssrc) is self:
-            del self.endpoint.channels[self.channel.ssrc]
-        self.channel = None
-        self.peer = None
-        self._move = None
+        if self.endpoint.channels.get(self.audio.channel.ssrc) is self:
+            del self.endpoint.channels[self.audio.channel.ssrc]
+        self.audio = None
         self.device.async_end_conversation(self)
         self.device.async_link_changed()
 
-    def on_datagram(self, data: bytes, addr: tuple[str, int]) -> None:
-        """An uplink datagram naming this link's channel: audio only if it proves the session.
+    @property
+    def channel(self) -> AudioChannel | None:
+        """The open conversation's keys and counters."""
+        return self.audio.channel if self.audio is not None else None
 
-        The first such datagram tells where the device is. Once known, audio moves only to another
-        port of the same address (a NAT's new mapping), and only after ``MOVE_EVIDENCE`` in a row
-        from there: CTR cannot authenticate one datagram, and a forged one that happens to decrypt
-        to something Opus-like must not redirect the device's audio.
-        """
-        channel = self.channel
-        if channel is None:
+    @property
+    def peer(self) -> tuple[str, int] | None:
+        """Where the channel's audio goes: an address that proved the session (``AudioPeer``)."""
+        return self.audio.address if self.audio is not None else None
+
+    def on_datagram(self, data: bytes, addr: tuple[str, int]) -> None:
+        """An uplink datagram naming this link's channel: audio only if it proves the session."""
+        audio = self.audio
+        if audio is None:
             return
-        if self.peer is not None and addr != self.peer:
-            self._maybe_moved(channel, data, addr)
-            return
+        was = audio.address
         try:
-            packet = channel.open(data)
+            packets = audio.receive(data, addr)
         except UdpError as err:
             self.log.report(f"udp_{err.kind}", f"dropped a datagram from {addr[0]}: {err.detail}")
             return
-        self._move = None  # the device still sends from where it was
-        if self.peer is None:
-            if self.endpoint.udp_blocked:
+        if audio.address != was:
+            if was is None and self.endpoint.udp_blocked:
                 self.endpoint.udp_blocked = False
                 async_udp_arrived(self.hass)
-            self.peer = addr
+            if was is not None:
+                _LOGGER.debug("Device %s now sends audio from %s", self.device.mac, addr)
             self.device.async_link_changed()
-        self.audio_frames += 1
-        self._deliver_audio(packet)
-
-    def _maybe_moved(self, channel: AudioChannel, data: bytes, addr: tuple[str, int]) -> None:
-        """A datagram of the session from elsewhere: kept as evidence of a move, never trusted alone."""
-        assert self.peer is not None
-        if addr[0] != self.peer[0]:
-            self.log.report(
-                "udp_elsewhere", f"dropped a datagram of the session from {addr[0]}, not the device's address"
-            )
-            return
-        move = self._move if self._move is not None and self._move.addr == addr else _Move(addr)
-        try:
-            packet, sequence = channel.peek(data, after=move.last)
-        except UdpError as err:
-            self.log.report(f"udp_{err.kind}", f"dropped a datagram from {addr[0]}: {err.detail}")
-            return
-        self._move = move
-        move.last = sequence
-        move.packets.append(packet)
-        if len(move.packets) < MOVE_EVIDENCE:
-            return
-        _LOGGER.debug("Device %s now sends audio from %s", self.device.mac, addr)
-        channel.remote_sequence = sequence
-        self.peer, self._move = addr, None
-        self.device.async_link_changed()
-        for packet in move.packets:
+        for packet in packets:
             self.audio_frames += 1
             self._deliver_audio(packet)
 
@@ -352,6 +312,8 @@ class MqttLink(DeviceLink):
     def on_control(self, message: ControlMessage) -> None:
         """``goodbye`` ends the conversation (the link stays); the rest goes to the satellite."""
         if message.type == "listen" and message.data.get("state") == "start":
+            if self.audio is not None:
+                self.audio.new_turn()
             self._expect_audio()
         if message.type == "goodbye":
             self._close_channel()

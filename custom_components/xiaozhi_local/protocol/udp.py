@@ -13,9 +13,11 @@ to. Downlink datagrams must have type 0x01 and rising sequence numbers from 1.
 CTR has no integrity check. A datagram counts as the device's only if it carries the session's
 nonce bytes (32 random bits, the ssrc, that an off-path sender cannot know; bytes 0–1 are always
 ``01 00``; an observer on the path sees them all), a sequence number above every earlier one
-(and not far above it), and a payload that decrypts to an Opus packet of the announced frame duration (which a sender
-without the key hits by chance only rarely). Only such a datagram teaches the server where to
-send audio: nothing is ever sent to an address that has not proved the session.
+(and not far above it), and a payload that decrypts to an Opus packet of the announced frame
+duration (which a sender without the key hits by chance about once in 40 tries). Only such a
+datagram teaches the server where to send audio: nothing is ever sent to an address that has not
+proved the session. Moving it later takes far more (``AudioPeer``): what a NAT's new mapping
+really looks like, which one datagram, or a thousand guesses, never does.
 """
 
 from dataclasses import dataclass, field
@@ -143,3 +145,88 @@ class AudioChannel:
         if opus_duration_ms(payload) != self.frame_ms:
             raise UdpError("not_audio", "a payload that does not decrypt to an Opus packet of the session")
         return payload, sequence
+
+
+MOVE_EVIDENCE: Final = 4
+"""Datagrams in a row (consecutive sequence numbers) from one new port before audio goes there."""
+MOVE_GUESSES: Final = 8
+"""Datagrams from other ports that do not decrypt to the device's packets, per channel, before no
+move is believed any more (until the device's next channel). The device never sends one."""
+
+
+@dataclass
+class _Move:
+    """Datagrams from a new port of the device's address: the evidence that its NAT mapped it anew."""
+
+    addr: tuple[str, int]
+    last: int
+    packets: list[bytes]
+
+
+@dataclass
+class AudioPeer:
+    """Where one channel's audio comes from and goes to (sans-IO).
+
+    The first datagram that opens tells where the device is; audio goes nowhere before. Once
+    known, CTR cannot authenticate a single datagram, so a move to another port is believed only
+    as a NAT really rebinds: the device's address, a new listening turn in which its known port has
+    sent nothing (a NAT maps anew only a mapping that went idle, and the device sends from one
+    socket), ``MOVE_EVIDENCE`` datagrams with consecutive sequence numbers, each decrypting to a
+    packet with the exact TOC byte of the device's own encoder. A port that sends anything else is
+    not the device: after ``MOVE_GUESSES`` such guesses no move is believed on this channel.
+    """
+
+    channel: AudioChannel
+    address: tuple[str, int] | None = None
+    heard_this_turn: bool = False
+    """A datagram came from ``address`` since the last ``new_turn``: it has not moved."""
+    guesses: int = 0
+    toc: int | None = None
+    _move: _Move | None = None
+
+    def new_turn(self) -> None:
+        """The device starts streaming again (``listen start``): the turn in which it may have moved."""
+        self.heard_this_turn = False
+        self._move = None
+
+    def receive(self, datagram: bytes, addr: tuple[str, int]) -> list[bytes]:
+        """The Opus packets a datagram delivers (none while a move is being proved); UdpError if refused."""
+        if self.address is None or addr == self.address:
+            packet = self.channel.open(datagram)
+            self.address = addr
+            self.heard_this_turn, self._move, self.toc = True, None, packet[0]
+            return [packet]
+        return self._moving(datagram, addr)
+
+    def _moving(self, datagram: bytes, addr: tuple[str, int]) -> list[bytes]:
+        assert self.address is not None
+        if addr[0] != self.address[0]:
+            raise UdpError("elsewhere", f"a datagram of the session from {addr[0]}, not the device's address")
+        if self.heard_this_turn:
+            raise UdpError("not_moved", f"port {addr[1]}: the device sends from port {self.address[1]} this turn")
+        if self.guesses >= MOVE_GUESSES:
+            raise UdpError("move_closed", f"port {addr[1]}: too many guesses from other ports on this channel")
+        move = self._move if self._move is not None and self._move.addr == addr else None
+        try:
+            packet, sequence = self.channel.peek(datagram, after=move.last if move else 0)
+        except UdpError as err:
+            if err.kind == "not_audio":
+                self._guessed()
+            raise
+        if packet[0] != self.toc:
+            self._guessed()
+            raise UdpError("not_audio", f"port {addr[1]}: a packet the device's encoder does not make")
+        if move is None or sequence != move.last + 1:
+            move = _Move(addr, sequence, [])  # a gap (a packet lost): the evidence starts again here
+        move.last = sequence
+        move.packets.append(packet)
+        self._move = move
+        if len(move.packets) < MOVE_EVIDENCE:
+            return []
+        self.channel.remote_sequence = sequence
+        self.address, self._move, self.heard_this_turn = addr, None, True
+        return move.packets
+
+    def _guessed(self) -> None:
+        self.guesses += 1
+        self._move = None
