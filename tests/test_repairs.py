@@ -4,13 +4,14 @@ import asyncio
 from typing import Any
 
 from aiohttp.test_utils import TestClient
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers import issue_registry as ir
+from homeassistant.core import Event, HomeAssistant
+from homeassistant.helpers import device_registry as dr, issue_registry as ir
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local import repairs
 from custom_components.xiaozhi_local.const import DOMAIN, WS_PATH
+from custom_components.xiaozhi_local.diagnostics import async_get_device_diagnostics
 
 from .conftest import MAC, TOKEN
 
@@ -90,3 +91,30 @@ async def test_a_wrong_token_for_a_paired_mac_costs_what_an_unknown_mac_costs(
     assert calls == []  # nothing more was done for the paired MAC before the answer
     await asyncio.sleep(0)
     assert calls == [(MAC, 1)]  # then its count, for the repair
+
+
+async def test_wrong_tokens_update_the_repair_as_their_count_doubles(
+    hass: HomeAssistant, client: TestClient[Any, Any]
+) -> None:
+    """Anyone who knows a paired MAC can send wrong tokens: a thousand of them update the repair
+    (a write and an event each) a handful of times, log once per kind, and are all counted."""
+    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    updates: list[Event[ir.EventIssueRegistryUpdatedData]] = []
+    hass.bus.async_listen(ir.EVENT_REPAIRS_ISSUE_REGISTRY_UPDATED, updates.append)
+    for _ in range(1000):
+        hub.async_authenticate(MAC, "wrong-token")
+    hub.async_authenticate(MAC, "")
+    await hass.async_block_till_done()
+    assert len(updates) == 8  # at 5, 10, 20, ..., 640
+    found = issue(hass, f"{repairs.ISSUE_WRONG_TOKEN}_{MAC}")
+    assert found is not None
+    assert found.translation_placeholders is not None
+    assert found.translation_placeholders["count"] == "640"
+    device = hub.devices[MAC]
+    assert device.log.counts["token_guess"] == 1000
+    assert device.log.counts["token_no_token"] == 1
+    entry = hass.config_entries.async_entries(DOMAIN)[0]
+    registry_device = dr.async_get(hass).async_get(device.device_id)
+    assert isinstance(registry_device, dr.DeviceEntry)
+    diagnostics = await async_get_device_diagnostics(hass, entry, registry_device)
+    assert diagnostics["problems"]["token_guess"] == 1000

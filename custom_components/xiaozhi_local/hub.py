@@ -533,14 +533,21 @@ class XiaozhiHub:
             return refusal  # an identity still waiting for its code (a paired MAC's new one too)
         if not matches or not token:
             device.refused_tokens += 1
-            # The repair's bookkeeping after the answer: refusing a paired MAC's wrong token costs
-            # what refusing an unknown MAC does, so its timing tells nobody what is paired.
-            self.hass.loop.call_soon(async_wrong_token, self.hass, mac, device.name, device.refused_tokens)
+            # The bookkeeping after the answer: refusing a paired MAC's wrong token costs what
+            # refusing an unknown MAC does, so its timing tells nobody what is paired.
+            self.hass.loop.call_soon(self._async_token_refused, device, refusal, device.refused_tokens)
             return refusal
         if device.refused_tokens:
             device.refused_tokens = 0
             async_token_accepted(self.hass, mac)
         return device
+
+    @callback
+    def _async_token_refused(self, device: XiaozhiDevice, refusal: Refused, in_a_row: int) -> None:
+        """Logged once per kind (diagnostics count them all), and the repair told."""
+        why = {Refused.EARLIER: "a token it had before", Refused.NO_TOKEN: "no token"}.get(refusal, "a wrong token")
+        device.log.report(f"token_{refusal}", f"refused a connection with {why}")
+        async_wrong_token(self.hass, device.mac, device.name, in_a_row)
 
     @callback
     def async_get_device(self, device_id: str) -> XiaozhiDevice | None:

@@ -83,17 +83,28 @@ async def async_check_ffmpeg(hass: HomeAssistant) -> None:
 
 @callback
 def async_wrong_token(hass: HomeAssistant, mac: str, name: str, refusals: int) -> None:
-    """A paired device was refused for its token ``refusals`` times in a row."""
-    if refusals >= WRONG_TOKEN_LIMIT:
-        ir.async_create_issue(
-            hass,
-            DOMAIN,
-            f"{ISSUE_WRONG_TOKEN}_{mac}",
-            is_fixable=False,
-            severity=ir.IssueSeverity.WARNING,
-            translation_key=ISSUE_WRONG_TOKEN,
-            translation_placeholders={"device": name, "mac": mac, "count": str(refusals)},
-        )
+    """A paired device was refused for its token ``refusals`` times in a row.
+
+    The issue appears at ``WRONG_TOKEN_LIMIT`` and its count is updated each time it doubles:
+    anyone who knows a paired MAC can send wrong tokens, and each update is a write to disk and
+    an event. The exact count is in the device's diagnostics.
+    """
+    if refusals < WRONG_TOKEN_LIMIT:
+        return
+    issue_id = f"{ISSUE_WRONG_TOKEN}_{mac}"
+    shown = ir.async_get(hass).async_get_issue(DOMAIN, issue_id)
+    placeholders = shown.translation_placeholders if shown is not None else None
+    if placeholders is not None and refusals < 2 * int(placeholders.get("count", "0")):
+        return
+    ir.async_create_issue(
+        hass,
+        DOMAIN,
+        issue_id,
+        is_fixable=False,
+        severity=ir.IssueSeverity.WARNING,
+        translation_key=ISSUE_WRONG_TOKEN,
+        translation_placeholders={"device": name, "mac": mac, "count": str(refusals)},
+    )
 
 
 @callback
