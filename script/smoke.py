@@ -99,7 +99,9 @@ async def pair_by_code(run: Run, device: MqttDevice) -> dict[str, Any]:
         headers={"Authorization": f"Bearer {run.token}"},
     ) as response:
         result = await response.json()
-    check(result.get("type") == "abort" and result.get("reason") == "paired", f"the code pairs it ({result})")
+    check(
+        result.get("type") == "abort" and result.get("reason") == "pairing_successful", f"the code pairs it ({result})"
+    )
     answer = await asyncio.wait_for(boot, 60)
     check("mqtt" in answer, "once paired, its OTA answer carries mqtt")
     return answer

@@ -8,22 +8,16 @@ from unittest.mock import patch
 
 from aiohttp.test_utils import TestClient
 from homeassistant.config_entries import ConfigSubentryData
+from homeassistant.const import CONF_CLIENT_ID, CONF_MAC, CONF_TOKEN
 from homeassistant.core import HomeAssistant
 from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
+from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
 # Imported first, so HA mounts this repository's custom_components (before HA looks for custom integrations).
 import custom_components.xiaozhi_local  # noqa: F401
-from custom_components.xiaozhi_local.const import (
-    CONF_CLIENT_ID,
-    CONF_MAC,
-    CONF_TOKEN,
-    DOMAIN,
-    OTA_PATH,
-    SUBENTRY_DEVICE,
-    WS_PATH,
-)
+from custom_components.xiaozhi_local.const import DOMAIN, OTA_PATH, SUBENTRY_DEVICE, WS_PATH
 from custom_components.xiaozhi_local.device import XiaozhiDevice
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import OtaTiming, SimulatedDevice, SimulatorOptions
@@ -103,13 +97,12 @@ async def setup_integration(hass: HomeAssistant, config_entry: MockConfigEntry) 
     return config_entry
 
 
-type ClientFactory = Callable[[], Awaitable[TestClient[Any, Any]]]
 type DeviceFactory = Callable[..., Awaitable[SimulatedDevice]]
 
 
 @pytest.fixture
 async def client(
-    hass: HomeAssistant, setup_integration: MockConfigEntry, hass_client_no_auth: ClientFactory
+    hass: HomeAssistant, setup_integration: MockConfigEntry, hass_client_no_auth: ClientSessionGenerator
 ) -> AsyncIterator[TestClient[Any, Any]]:
     """An HTTP client of the test HA's server (loopback); at the end, every connection is over."""
     hub = setup_integration.runtime_data

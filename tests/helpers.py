@@ -2,10 +2,12 @@
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+from homeassistant.config_entries import SubentryFlowResult
 from homeassistant.core import Event, HomeAssistant, State, callback
 from homeassistant.helpers.event import async_track_state_change_event
+from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import DOMAIN
 from custom_components.xiaozhi_local.device import XiaozhiDevice
@@ -138,3 +140,11 @@ def resources() -> dict[str, int]:
         "fds": len(os.listdir("/proc/self/fd")),
         "children": children,
     }
+
+
+async def start_reconfigure(hass: HomeAssistant, entry: MockConfigEntry, subentry_id: str) -> SubentryFlowResult:
+    """The device subentry's reconfigure flow (regenerate its token), as the UI starts it.
+
+    ``MockConfigEntry.start_subentry_reconfigure_flow`` is annotated with a config entry's result type.
+    """
+    return cast(SubentryFlowResult, await entry.start_subentry_reconfigure_flow(hass, subentry_id))

@@ -8,6 +8,7 @@ from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 from homeassistant.helpers import device_registry as dr
 from homeassistant.setup import async_setup_component
 import pytest
+from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
 from custom_components.xiaozhi_local.const import DOMAIN
 from xiaozhi_sim import SimulatedDevice, Tool
@@ -172,7 +173,7 @@ async def test_device_offline_over_the_rest_api(
     hass: HomeAssistant,
     rest_api: None,
     make_device: DeviceFactory,
-    hass_client: Any,
+    hass_client: ClientSessionGenerator,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """What an automation tool calling the REST API gets: 400 and the message, no "Error during service call"."""
@@ -188,8 +189,8 @@ async def test_device_offline_over_the_rest_api(
     assert "Error during service call" not in caplog.text
 
 
-async def test_unknown_device(hass: HomeAssistant, client: Any) -> None:
-    other = dr.async_get(hass).async_get_or_create(
+async def test_unknown_device(hass: HomeAssistant, device_registry: dr.DeviceRegistry, client: Any) -> None:
+    other = device_registry.async_get_or_create(
         config_entry_id=hass.config_entries.async_entries(DOMAIN)[0].entry_id, identifiers={("other", "x")}
     )
     for device_id in ("nope", other.id):

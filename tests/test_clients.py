@@ -50,7 +50,9 @@ async def register_client(
 # -- the registerTools dialect -------------------------------------------------------------------
 
 
-async def test_register_tools(hass: HomeAssistant, register_client: RegisterToolsClient) -> None:
+async def test_register_tools(
+    hass: HomeAssistant, entity_registry: er.EntityRegistry, register_client: RegisterToolsClient
+) -> None:
     answer = await register_client.connect()
     # The same id, the result the notes show, and bare (no envelope) as the client spoke.
     assert answer["id"] == "client-reg-001"
@@ -71,7 +73,7 @@ async def test_register_tools(hass: HomeAssistant, register_client: RegisterTool
     # The registration was the session's start: no server hello, no MCP initialize sent to it.
     assert not [m for m in register_client.received if m.get("type") == "hello" or m.get("method") == "initialize"]
     # Entities follow as for any device: the argument-less tool that is no query is a button.
-    registry = er.async_get(hass)
+    registry = entity_registry
     assert registry.async_get_entity_id("binary_sensor", DOMAIN, f"{MAC}-connected") is not None
     assert registry.async_get_entity_id("button", DOMAIN, f"{MAC}-tool-read_sensor") is not None
 
@@ -146,17 +148,20 @@ async def test_control_tool_late_error_is_logged_and_fired(
 
 
 async def test_second_registration_replaces_the_set(
-    hass: HomeAssistant, register_client: RegisterToolsClient, caplog: pytest.LogCaptureFixture
+    hass: HomeAssistant,
+    entity_registry: er.EntityRegistry,
+    register_client: RegisterToolsClient,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     await register_client.connect()
     xdev = hub_device(hass)
     await wait_settled(xdev)
-    assert er.async_get(hass).async_get_entity_id("button", DOMAIN, f"{MAC}-tool-read_sensor") is not None
+    assert entity_registry.async_get_entity_id("button", DOMAIN, f"{MAC}-tool-read_sensor") is not None
     answer = await register_client.register([register_client.tools[3].declaration()])
     assert answer["result"]["status"] == "registered"
     await wait_for(xdev, lambda d: set(d.tools) == {"get_battery"})
     # The button of a tool that went away is removed from the registry, and the log says which.
-    assert er.async_get(hass).async_get_entity_id("button", DOMAIN, f"{MAC}-tool-read_sensor") is None
+    assert entity_registry.async_get_entity_id("button", DOMAIN, f"{MAC}-tool-read_sensor") is None
     assert "no longer has the tools read_sensor; removed their buttons: button." in caplog.text
     with pytest.raises(HomeAssistantError):
         await call(hass, "get_weather")

@@ -3,19 +3,21 @@
 from typing import Any
 
 from homeassistant.config_entries import SOURCE_IGNORE, SOURCE_INTEGRATION_DISCOVERY, SOURCE_USER
+from homeassistant.const import CONF_MAC, CONF_TOKEN
 from homeassistant.core import HomeAssistant
 from homeassistant.core_config import async_process_ha_core_config
 from homeassistant.data_entry_flow import FlowResultType
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
+from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
-from custom_components.xiaozhi_local.const import CONF_MAC, CONF_TOKEN, DOMAIN, SUBENTRY_DEVICE
+from custom_components.xiaozhi_local.const import DOMAIN, SUBENTRY_DEVICE
 from custom_components.xiaozhi_local.pairing import LOCKOUT, MAX_FAILURES, DeviceReport
 from custom_components.xiaozhi_local.urls import ota_url, websocket_url
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, MAC, TOKEN, ws_url
-from .helpers import placeholders_of
+from .helpers import placeholders_of, start_reconfigure
 
 NEW_MAC = "aa:bb:cc:00:11:22"
 
@@ -77,7 +79,7 @@ async def test_discovered_device_pairs(hass: HomeAssistant, setup_integration: M
     assert result["errors"] == {"code": "invalid_code"}
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
     assert result["type"] is FlowResultType.ABORT
-    assert result["reason"] == "paired"
+    assert result["reason"] == "pairing_successful"
     assert result["description_placeholders"] == {"name": f"Xiaozhi {NEW_MAC}"}
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == NEW_MAC)
     assert sub.data[CONF_MAC] == NEW_MAC
@@ -96,6 +98,12 @@ async def test_discovered_device_lockout(hass: HomeAssistant, setup_integration:
     assert result["errors"] == {"code": "code_locked"}
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
     assert result["errors"] == {"code": "code_locked"}
+    pairing = setup_integration.runtime_data.pairing
+    now = pairing.clock()
+    pairing.clock = lambda: now + LOCKOUT  # the lock is over; the code is still valid
+    result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "pairing_successful"
 
 
 async def test_discovered_device_code_expired(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
@@ -313,7 +321,7 @@ async def test_add_device_by_code_not_loaded(hass: HomeAssistant, setup_integrat
 
 
 async def test_add_device_by_mac_then_it_connects(
-    hass: HomeAssistant, setup_integration: MockConfigEntry, hass_client_no_auth: Any
+    hass: HomeAssistant, setup_integration: MockConfigEntry, hass_client_no_auth: ClientSessionGenerator
 ) -> None:
     mac = "AA-BB-CC-00-11-22"
     result = await start_device_flow(hass, setup_integration, "manual")
@@ -347,6 +355,7 @@ async def test_add_device_by_mac_default_name(hass: HomeAssistant, setup_integra
     result = await start_device_flow(hass, setup_integration, "manual")
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {CONF_MAC: "aabbcc001122"}))
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {}))
+    assert result["type"] is FlowResultType.CREATE_ENTRY
     assert result["title"] == f"Xiaozhi {NEW_MAC}"
 
 
@@ -357,6 +366,9 @@ async def test_invalid_mac_then_fixed(hass: HomeAssistant, setup_integration: Mo
     assert result["errors"] == {CONF_MAC: "invalid_mac"}
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {CONF_MAC: "aabbcc001122"}))
     assert result["step_id"] == "credentials"
+    result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {}))
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert result["title"] == "Xiaozhi aa:bb:cc:00:11:22"
 
 
 async def test_duplicate_mac(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
@@ -370,9 +382,7 @@ async def test_regenerate_token(hass: HomeAssistant, setup_integration: MockConf
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
     hub = setup_integration.runtime_data
     old = hub.devices[MAC].token
-    result = await hass.config_entries.subentries.async_init(
-        (setup_integration.entry_id, SUBENTRY_DEVICE), context={"source": "reconfigure", "subentry_id": sub.subentry_id}
-    )
+    result = await start_reconfigure(hass, setup_integration, sub.subentry_id)
     assert result["step_id"] == "reconfigure"
     assert result["description_placeholders"] == {"name": "Kitchen"}
     result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
@@ -413,8 +423,6 @@ async def test_dialogs_show_the_url_devices_really_get(hass: HomeAssistant, setu
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {CONF_MAC: "aabbcc001122"}))
     assert placeholders_of(result)["url"] == url
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
-    again = await hass.config_entries.subentries.async_init(
-        (setup_integration.entry_id, SUBENTRY_DEVICE), context={"source": "reconfigure", "subentry_id": sub.subentry_id}
-    )
+    again = await start_reconfigure(hass, setup_integration, sub.subentry_id)
     again = await hass.config_entries.subentries.async_configure(again["flow_id"], {})
     assert placeholders_of(again)["url"] == url

@@ -30,7 +30,10 @@ def headers(mac: str = MAC, token: str = TOKEN, version: str = "1") -> dict[str,
 
 
 async def test_firmware_hello_and_discovery(
-    hass: HomeAssistant, make_device: DeviceFactory, caplog: pytest.LogCaptureFixture
+    hass: HomeAssistant,
+    device_registry: dr.DeviceRegistry,
+    make_device: DeviceFactory,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     device = await make_device(extra_tools=60, ir=True)
     hello = device.server_hello
@@ -49,7 +52,7 @@ async def test_firmware_hello_and_discovery(
     assert xdev.tools["self.reboot"].user_only
     assert xdev.tools["self.upgrade_firmware"].user_only
     assert not xdev.tools["self.get_device_status"].user_only
-    entry = dr.async_get(hass).async_get(xdev.device_id)
+    entry = device_registry.async_get(xdev.device_id)
     assert isinstance(entry, dr.DeviceEntry)
     assert (entry.model, entry.sw_version, entry.manufacturer) == ("bread-compact-wifi", "2.4.2", "Xiaozhi")
     assert entry.name == "Kitchen"
@@ -253,7 +256,9 @@ async def test_garbage_frames_survive(
     assert not [r for r in caplog.records if r.levelno == logging.WARNING and "not_json" in r.getMessage()]
 
 
-async def test_frames_before_hello_are_dropped(hass: HomeAssistant, client: TestClient[Any, Any], caplog) -> None:
+async def test_frames_before_hello_are_dropped(
+    hass: HomeAssistant, client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     async with client.ws_connect(WS_PATH, headers=headers()) as ws:
         await ws.send_bytes(b"\x01\x02\x03")
         await ws.send_str('{"type":"listen","state":"start"}')

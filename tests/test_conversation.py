@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from aiohttp.test_utils import TestClient
-from homeassistant.components.assist_pipeline.pipeline import async_get_pipeline, async_update_pipeline
+from homeassistant.components.assist_pipeline import async_get_pipeline, async_update_pipeline
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import issue_registry as ir
 from homeassistant.util import dt as dt_util
@@ -206,7 +206,11 @@ async def no_speech_engines(hass: HomeAssistant, voice: Voice, setup_integration
 
 
 async def test_an_assistant_without_speech_engines_does_not_loop_the_device(
-    hass: HomeAssistant, no_speech_engines: Voice, make: Any, caplog: pytest.LogCaptureFixture
+    hass: HomeAssistant,
+    issue_registry: ir.IssueRegistry,
+    no_speech_engines: Voice,
+    make: Any,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     device = await make()
     await device.say(speech_pcm())  # auto mode: it would listen again after any tts stop
@@ -216,7 +220,7 @@ async def test_an_assistant_without_speech_engines_does_not_loop_the_device(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "has no" in r.getMessage()]
     assert len(warnings) == 1
     assert "speech-to-text" in warnings[0]
-    issue_ids = {issue_id for (domain, issue_id) in ir.async_get(hass).issues if domain == DOMAIN}
+    issue_ids = {issue_id for (domain, issue_id) in issue_registry.issues if domain == DOMAIN}
     assert "pipeline_incomplete_stt_tts" in issue_ids
     again = await make()  # a second try: the same, and no second warning
     await again.say(speech_pcm())

@@ -8,6 +8,7 @@ from typing import Any
 
 from homeassistant.components.http.config import HTTPConfigStore
 from homeassistant.core import HomeAssistant
+import pytest
 
 ROOT = Path(__file__).parent.parent
 
@@ -36,7 +37,7 @@ async def test_port_is_kept_where_home_assistant_keeps_it(
     assert store.yaml_migration_done
 
 
-def test_two_devices_one_per_transport(tmp_path: Path, capsys: object) -> None:
+def test_two_devices_one_per_transport(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     module = dev_setup()
     module.main(tmp_path, 8124)
     entries = json.loads((tmp_path / ".storage" / "core.config_entries").read_text())["data"]["entries"]
@@ -76,8 +77,6 @@ def test_a_config_in_use_is_refused_before_anything_is_written(tmp_path: Path) -
     """A second script/develop on the same config: told how to run beside it, nothing rewritten."""
     import fcntl
 
-    import pytest
-
     module = dev_setup()
     assert not module.in_use(tmp_path)
     with (tmp_path / ".ha_run.lock").open("a+") as held:
@@ -92,7 +91,9 @@ def test_a_config_in_use_is_refused_before_anything_is_written(tmp_path: Path) -
     assert (tmp_path / ".storage").exists()
 
 
-def test_a_second_start_after_the_tokens_moved_to_the_journal(tmp_path: Path, capsys: Any) -> None:
+def test_a_second_start_after_the_tokens_moved_to_the_journal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """script/develop, Ctrl+C, script/develop: the first start left the entry without tokens."""
     module = dev_setup()
     module.main(tmp_path, 8123)

@@ -103,6 +103,7 @@ async def test_a_huge_number_in_a_hello_is_refused_cleanly(
 
 async def test_new_tool_names_on_every_connection_leave_the_registry_bounded(
     hass: HomeAssistant,
+    entity_registry: er.EntityRegistry,
     setup_integration: MockConfigEntry,
     make_device: DeviceFactory,
     caplog: pytest.LogCaptureFixture,
@@ -125,7 +126,7 @@ async def test_new_tool_names_on_every_connection_leave_the_registry_bounded(
     assert len(registry_entries(hass)) < 30 + MAX_TOOL_BUTTONS
     assert "no longer has the tools x.r0.t000" in caplog.text  # the user can follow what went
     # What the registry keeps of removed buttons is bounded too: the newest records, no others.
-    removed = [r for r in er.async_get(hass).deleted_entities.values() if r.unique_id.startswith(f"{MAC}-tool-x.")]
+    removed = [r for r in entity_registry.deleted_entities.values() if r.unique_id.startswith(f"{MAC}-tool-x.")]
     assert len(removed) == MAX_REMOVED_RECORDS < 4 * MAX_TOOL_BUTTONS  # four lists were replaced
     assert {r.unique_id.split(".")[1] for r in removed} == {"r2", "r3"}
 
@@ -159,8 +160,8 @@ async def test_tool_and_code_names_with_control_characters_never_reach_the_regis
     hass: HomeAssistant, setup_integration: MockConfigEntry, make_device: DeviceFactory
 ) -> None:
     device = await make_device(connect=False, ir=True)
-    bad = ["nul\x00name", "esc\x1b[31mred", "new\nline", "rtl\u202eexe.txt", "zero\u200bwidth", " padded"]
-    for name in [*bad, "fine.tool"]:
+    bad = ("nul\x00name", "esc\x1b[31mred", "new\nline", "rtl\u202eexe.txt", "zero\u200bwidth", " padded")
+    for name in (*bad, "fine.tool"):
         device.mcp.add_tool(Tool(name, "a tool", [], _true))
     device.state.ir_codes = {"tv\x00power": "20DF10EF", "ac\u202eoff": "1", "fan": "2"}
     await device.connect()

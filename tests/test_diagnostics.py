@@ -31,6 +31,7 @@ async def diagnostics(hass: HomeAssistant, setup_integration: MockConfigEntry) -
 
 async def test_diagnostics_without_secrets(
     hass: HomeAssistant,
+    device_registry: dr.DeviceRegistry,
     setup_integration: MockConfigEntry,
     diagnostics: None,
     client: TestClient[Any, Any],
@@ -66,7 +67,7 @@ async def test_diagnostics_without_secrets(
     assert hub_diag["firmware_sources"]["refused_files"] == {}
     # One device's own diagnostics.
     xdev = setup_integration.runtime_data.devices[MAC]
-    entry = dr.async_get(hass).async_get(xdev.device_id)
+    entry = device_registry.async_get(xdev.device_id)
     assert isinstance(entry, dr.DeviceEntry)
     device_diag: Any = await get_diagnostics_for_device(hass, hass_client, setup_integration, entry)
     assert device_diag["mac"] == MAC

@@ -76,24 +76,7 @@ async def connected(hass: HomeAssistant, make_device: DeviceFactory, **kwargs: A
     return device
 
 
-# -- snapshots ------------------------------------------------------------------------------
-
-
-async def test_stock_device_with_display_and_battery(
-    hass: HomeAssistant, make_device: DeviceFactory, snapshot: SnapshotAssertion
-) -> None:
-    await connected(hass, make_device)
-    assert summary(hass) == snapshot
-
-
-async def test_camera_board(hass: HomeAssistant, make_device: DeviceFactory, snapshot: SnapshotAssertion) -> None:
-    await connected(hass, make_device, camera=True, board="esp32-s3-eye")
-    assert summary(hass) == snapshot
-
-
-async def test_ir_client(hass: HomeAssistant, make_device: DeviceFactory, snapshot: SnapshotAssertion) -> None:
-    await connected(hass, make_device, ir=True, lamp=True, press_to_talk=True)
-    assert summary(hass) == snapshot
+# -- snapshots (each platform's entities of a full device: test_platforms.py) -------------------
 
 
 async def test_minimal_client(hass: HomeAssistant, client: Any, snapshot: SnapshotAssertion) -> None:
@@ -192,7 +175,9 @@ async def test_device_refuses_a_setting(hass: HomeAssistant, make_device: Device
     assert state_of(hass, "number:volume") == "70.0"
 
 
-async def test_malformed_status_means_unknown(hass: HomeAssistant, make_device: DeviceFactory) -> None:
+async def test_malformed_status_means_unknown(
+    hass: HomeAssistant, entity_registry: er.EntityRegistry, make_device: DeviceFactory
+) -> None:
     device = await make_device(connect=False)
     weird = {
         "audio_speaker": {"volume": "loud"},
@@ -210,11 +195,11 @@ async def test_malformed_status_means_unknown(hass: HomeAssistant, make_device: 
     assert state_of(hass, "sensor:battery") == "50"
     assert state_of(hass, "sensor:network_type") == STATE_UNKNOWN
     assert state_of(hass, "sensor:signal") == "very_weak"
-    assert er.async_get(hass).async_get_entity_id("binary_sensor", DOMAIN, f"{MAC}-charging") is None
-    assert er.async_get(hass).async_get_entity_id("sensor", DOMAIN, f"{MAC}-chip_temperature") is None
+    assert entity_registry.async_get_entity_id("binary_sensor", DOMAIN, f"{MAC}-charging") is None
+    assert entity_registry.async_get_entity_id("sensor", DOMAIN, f"{MAC}-chip_temperature") is None
     # A later status that is not JSON at all changes nothing and breaks nothing.
     device.state.status = lambda: "not json"  # type: ignore[method-assign,assignment,return-value]
-    await hub_device(hass).async_refresh()
+    await hub_device(hass).async_read_queries()
     assert state_of(hass, "sensor:battery") == "50"
 
 
@@ -314,10 +299,10 @@ async def test_ir_list_changes_between_connections(hass: HomeAssistant, make_dev
 
 
 async def test_new_tools_appear_and_missing_ones_go_unavailable(
-    hass: HomeAssistant, make_device: DeviceFactory
+    hass: HomeAssistant, entity_registry: er.EntityRegistry, make_device: DeviceFactory
 ) -> None:
     device = await connected(hass, make_device)
-    assert er.async_get(hass).async_get_entity_id("light", DOMAIN, f"{MAC}-lamp") is None
+    assert entity_registry.async_get_entity_id("light", DOMAIN, f"{MAC}-lamp") is None
     # The device adds tools and says so: a light appears, without a reload.
     from xiaozhi_sim.tools import add_lamp_tools
 
@@ -393,8 +378,9 @@ async def test_entities_follow_a_device_added_later(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: Any
 ) -> None:
     from homeassistant.config_entries import ConfigSubentry
+    from homeassistant.const import CONF_MAC, CONF_TOKEN
 
-    from custom_components.xiaozhi_local.const import CONF_MAC, CONF_TOKEN, SUBENTRY_DEVICE
+    from custom_components.xiaozhi_local.const import SUBENTRY_DEVICE
 
     from .conftest import ws_url
 
@@ -435,7 +421,10 @@ async def test_entities_follow_a_device_added_later(
 
 
 async def test_generic_buttons_are_disabled_by_default(
-    hass: HomeAssistant, setup_integration: MockConfigEntry, make_device: DeviceFactory
+    hass: HomeAssistant,
+    entity_registry: er.EntityRegistry,
+    setup_integration: MockConfigEntry,
+    make_device: DeviceFactory,
 ) -> None:
     from xiaozhi_sim import Tool
 
@@ -455,7 +444,7 @@ async def test_generic_buttons_are_disabled_by_default(
     await device.connect()
     await wait_settled(hub_device(hass))
     await hass.async_block_till_done()
-    registry = er.async_get(hass)
+    registry = entity_registry
     sit = registry.async_get_entity_id("button", DOMAIN, f"{MAC}-tool-self.dog.sit")
     wifi = registry.async_get_entity_id("button", DOMAIN, f"{MAC}-reconfigure_wifi")
     assert sit is not None

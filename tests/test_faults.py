@@ -89,10 +89,13 @@ async def test_audio_flood_is_cut_off_without_starving_others(
 
 
 async def test_reload_with_devices_connected_and_reconnecting(
-    hass: HomeAssistant, setup_integration: MockConfigEntry, make_device: DeviceFactory
+    hass: HomeAssistant,
+    entity_registry: er.EntityRegistry,
+    setup_integration: MockConfigEntry,
+    make_device: DeviceFactory,
 ) -> None:
     """Reload (as a restart does) while devices are connected: sessions end, they come back whole."""
-    registry = er.async_get(hass)
+    registry = entity_registry
     one = await make_device(ir=True)
     two = await make_device(mac=MAC2, token=TOKEN2)
     await wait_settled(setup_integration.runtime_data.devices[MAC])

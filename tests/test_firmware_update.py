@@ -18,7 +18,7 @@ import zipfile
 import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from homeassistant.components.update.const import DATA_COMPONENT as UPDATE_COMPONENT
+from homeassistant.components.update import DATA_COMPONENT as UPDATE_COMPONENT
 from homeassistant.core import HomeAssistant, State
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers.event import async_track_state_change_event
@@ -446,13 +446,13 @@ async def test_a_device_on_a_low_battery_is_not_upgraded(
     device = await make_mqtt()
     device.state.battery_level = 12
     await online(hub)
-    await hub.devices[MAC].async_refresh()
+    await hub.devices[MAC].async_read_queries()
     await offered(hass, "2.5.0")
     with pytest.raises(HomeAssistantError, match="battery of Kitchen is at 12 %"):
         await install(hass)
     assert not device.upgrades
     device.state.charging = True  # plugged in: fine
-    await hub.devices[MAC].async_refresh()
+    await hub.devices[MAC].async_read_queries()
     await install(hass)
     assert device.upgrades[0]["result"] == "ok"
 
@@ -763,7 +763,9 @@ async def test_the_vendors_channel_is_asked_without_the_devices_identity(
     await install(hass)
 
     assert device.upgrades[0]["result"] == "ok"
-    assert device.upgrades[0]["url"].startswith(ws_url(client).replace("ws://", "http://").split("/api/")[0])
+    assert device.upgrades[0]["url"].startswith(
+        ws_url(client).replace("ws://", "http://").split("/api/", maxsplit=1)[0]
+    )
     assert device.options.firmware_version == "2.5.3"
     # The device's OTA answers never carried the vendor's websocket, mqtt or activation.
     assert device.ota is not None

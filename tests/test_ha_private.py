@@ -1,8 +1,16 @@
-"""What the satellite uses of Home Assistant that is not public API: pinned, so a rename fails here.
+"""What the integration uses of Home Assistant beyond its documented API: pinned, so a change fails here.
 
-The typed-text run (``satellite/text.py``) does what ``async_accept_pipeline_from_satellite``
-does, from the intent stage, because Home Assistant 2026.10/11 offers no public way to: it needs
-the members below. Each test names what changed and where it is used.
+Every such use, and why there is no public way (Home Assistant 2026.10/11):
+- The typed-text run (``satellite/text.py``) does what ``async_accept_pipeline_from_satellite``
+  does, from the intent stage: it needs the satellite's members in ``HA_PRIVATE_MEMBERS`` and
+  the pipeline's ``PipelineInput``/``PipelineRun``.
+- ``button.py`` forgets the oldest records of removed tool buttons in the entity registry's
+  ``deleted_entities`` (the registry offers no call to forget one), so a device that renames
+  its tools all day does not grow the registry.
+- ``http.py`` adds the routes of the views browser test pages call with HA's own request
+  wrapper, ``request_handler_factory``, and a CORS preflight of their own: ``register_view``
+  would put them behind HA's configured CORS origins, which allow none of the device headers.
+Each test names what changed and where it is used.
 """
 
 import ast
@@ -10,7 +18,7 @@ import dataclasses
 import inspect
 import textwrap
 
-from homeassistant.components.assist_pipeline.pipeline import PipelineInput, PipelineRun
+from homeassistant.components.assist_pipeline import PipelineInput, PipelineRun
 from homeassistant.components.assist_satellite import AssistSatelliteEntity
 from homeassistant.const import __version__ as HA_VERSION
 from homeassistant.helpers import chat_session
@@ -66,3 +74,19 @@ def test_the_pipeline_takes_what_the_text_run_passes() -> None:
     assert "context" in inspect.signature(chat_session.async_get_chat_session).parameters or (
         HA_VERSION.startswith("2026.10")
     ), "async_get_chat_session takes no context: satellite/text.py passes None where it does"
+
+
+def test_the_entity_registry_still_keeps_removed_entities_as_button_py_forgets_them() -> None:
+    from homeassistant.helpers import entity_registry as er
+
+    fields = {field.name for field in er.DeletedRegistryEntry.__attrs_attrs__}
+    assert {"unique_id", "platform", "domain", "modified_at"} <= fields, "button.py forget_oldest_removed"
+    assert "self.deleted_entities" in inspect.getsource(er.EntityRegistry), "button.py forget_oldest_removed"
+    assert callable(er.EntityRegistry.async_schedule_save)
+
+
+def test_the_view_wrapper_http_py_registers_open_routes_with() -> None:
+    from homeassistant.helpers.http import request_handler_factory
+
+    params = list(inspect.signature(request_handler_factory).parameters)
+    assert params[:3] == ["hass", "view", "handler"], "http.py register_open_view"

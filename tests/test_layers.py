@@ -46,8 +46,67 @@ def link_uses(path: Path) -> dict[str, int]:
 
 
 def test_the_satellite_and_the_speaker_use_only_the_link_interface() -> None:
-    for path in [*sorted((COMPONENT / "satellite").glob("*.py")), COMPONENT / "speaker.py"]:
+    for path in (*sorted((COMPONENT / "satellite").glob("*.py")), COMPONENT / "speaker.py"):
         uses = link_uses(path)
         outside = {name: line for name, line in uses.items() if name not in LINK_INTERFACE}
         assert not outside, f"{path.name} uses link internals {outside} (name: line); add to DeviceLink instead"
     assert link_uses(COMPONENT / "satellite" / "listening.py")  # the check sees real uses
+
+
+def imports_in(node: ast.AST, package: list[str], modules: set[str]) -> set[str]:
+    """The integration's modules that the code under ``node`` imports when it runs.
+
+    Imports at module level and inside functions (a lazy import still runs), not those under
+    ``if TYPE_CHECKING:``. ``from . import x`` names the submodule ``x``; ``from .x import y`` the
+    module ``x`` (or ``x.y`` when that is a submodule).
+    """
+    found: set[str] = set()
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            continue
+        if isinstance(child, ast.ImportFrom) and child.level:
+            base = package[: len(package) - child.level + 1] if child.level > 1 else package
+            target = ".".join([*base, *([child.module] if child.module else [])])
+            subs = {f"{target}.{alias.name}".lstrip(".") for alias in child.names} & modules
+            found |= subs
+            if len(subs) < len(child.names):
+                found.add(target)
+        found |= imports_in(child, package, modules)
+    return found
+
+
+def runtime_imports() -> dict[str, set[str]]:
+    """Each module of the integration (dotted, relative to it; ``""`` is the package) → what it imports."""
+    paths = {
+        ".".join(path.relative_to(COMPONENT).with_suffix("").parts).removesuffix("__init__").rstrip("."): path
+        for path in COMPONENT.rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name.split(".") if path.name == "__init__.py" and name else name.split(".")[:-1]
+        graph[name] = imports_in(ast.parse(path.read_text()), package, set(paths)) & set(paths) - {name}
+    return graph
+
+
+def test_no_import_circle_inside_the_integration() -> None:
+    """Parts get what they need passed in (``auth.DeviceGate``, the views' HassKeys): none imports
+    a module that imports it back, however indirectly, so each can be read and tested alone."""
+    graph = runtime_imports()
+    assert {"hub", "mqtt", "idle_media", "updates"} <= set(graph)
+    assert "mqtt" in graph["hub"]  # the walk sees imports (it would find no circle in nothing)
+
+    def reaches(start: str, goal: str) -> list[str] | None:
+        seen: set[str] = set()
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == goal:
+                    return [*path, nxt]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+        return None
+
+    circles = [circle for name in graph if (circle := reaches(name, name))]
+    assert not circles, " → ".join(circles[0])

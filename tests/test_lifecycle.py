@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 import gc
 import json
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
@@ -358,3 +359,65 @@ async def test_conversations_go_on_across_a_home_assistant_restart(
         online.cancel()
         await asyncio.gather(online, return_exceptions=True)
         await device.drop()
+
+
+async def test_a_setup_that_fails_after_the_mqtt_port_opened_frees_it(
+    hass: HomeAssistant, config_entry: MockConfigEntry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hub's shutdown is registered before anything starts: a later failure frees the ports."""
+    import socket
+
+    from homeassistant.config_entries import ConfigEntryState
+
+    opened: list[tuple[int, int]] = []
+    start_mqtt = XiaozhiHub.async_start_mqtt
+
+    async def start_then_fail(hub: XiaozhiHub) -> None:
+        await start_mqtt(hub)
+        assert hub.mqtt is not None
+        assert hub.mqtt.listening
+        opened.append((hub.mqtt.port, hub.mqtt.udp_port))
+        raise RuntimeError("a later step of the setup failed")
+
+    monkeypatch.setattr(XiaozhiHub, "async_start_mqtt", start_then_fail)
+    config_entry.add_to_hass(hass)
+    assert not await hass.config_entries.async_setup(config_entry.entry_id)
+    await hass.async_block_till_done()
+    assert config_entry.state is ConfigEntryState.SETUP_ERROR
+    [(tcp, udp)] = opened
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("0.0.0.0", tcp))  # free again
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as audio:
+        audio.bind(("0.0.0.0", udp))
+
+
+async def test_deleting_the_hub_deletes_what_it_wrote(
+    hass: HomeAssistant, config_entry: MockConfigEntry, hass_storage: dict[str, Any], tmp_path: Path
+) -> None:
+    """Its store, the token journal (secrets) and the downloaded firmware go; the user's folder stays."""
+    from custom_components.xiaozhi_local.const import DOMAIN
+
+    hass.config.config_dir = str(tmp_path)  # its own folders: other tests' firmware cache is not touched
+    config_entry.add_to_hass(hass)
+    assert await hass.config_entries.async_setup(config_entry.entry_id)
+    entry_id = config_entry.entry_id
+    await config_entry.runtime_data.async_shutdown()  # everything it holds is on disk now
+    journal = f"{DOMAIN}.{entry_id}.identities"
+    assert {f"{DOMAIN}.{entry_id}", journal} <= set(hass_storage)
+    assert MAC in json.dumps(hass_storage[journal])
+    cache = Path(hass.config.cache_path(DOMAIN, "firmware"))
+    mine = Path(hass.config.path("xiaozhi_firmware"))
+
+    def write_files() -> None:
+        cache.mkdir(parents=True)
+        (cache / "bread-compact-wifi_2.5.0.bin").write_bytes(b"\xe9" * 64)
+        mine.mkdir(exist_ok=True)
+        (mine / "bread-compact-wifi_2.5.1.bin").write_bytes(b"\xe9" * 64)
+
+    await hass.async_add_executor_job(write_files)
+    assert await hass.config_entries.async_remove(entry_id)
+    await hass.async_block_till_done()
+    assert not {key for key in hass_storage if key.startswith(f"{DOMAIN}.{entry_id}")}
+    assert not await hass.async_add_executor_job(Path(hass.config.cache_path(DOMAIN)).exists)
+    assert await hass.async_add_executor_job((mine / "bread-compact-wifi_2.5.1.bin").exists)

@@ -16,7 +16,8 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import DOMAIN
 from custom_components.xiaozhi_local.hub import XiaozhiHub
-from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, MAX_UNAUTHENTICATED_PER_ADDRESS, MqttLink
+from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, MAX_UNAUTHENTICATED_PER_ADDRESS
+from custom_components.xiaozhi_local.mqtt_link import MqttLink
 from xiaozhi_sim import SimulatorOptions
 from xiaozhi_sim.mqtt import MqttDevice, MqttRefused, mqtt_connect, mqtt_publish
 
@@ -271,7 +272,11 @@ async def test_mqtt_off_hands_out_websocket_only(
 
 
 async def test_port_in_use_raises_a_repair(
-    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], make_mqtt: MqttFactory
+    hass: HomeAssistant,
+    issue_registry: ir.IssueRegistry,
+    hub: XiaozhiHub,
+    client: TestClient[Any, Any],
+    make_mqtt: MqttFactory,
 ) -> None:
     blocker = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
     port = blocker.sockets[0].getsockname()[1]
@@ -279,7 +284,7 @@ async def test_port_in_use_raises_a_repair(
         hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client), "mqtt_port": port})
         await hass.async_block_till_done()
         assert hub.mqtt is None
-        issue = ir.async_get(hass).async_get_issue(DOMAIN, "mqtt_port_unavailable")
+        issue = issue_registry.async_get_issue(DOMAIN, "mqtt_port_unavailable")
         assert issue is not None
         assert issue.translation_placeholders is not None
         assert issue.translation_placeholders["tcp"] == str(port)
@@ -292,7 +297,7 @@ async def test_port_in_use_raises_a_repair(
     hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client)})
     await hass.async_block_till_done()
     assert listening(hub)
-    assert ir.async_get(hass).async_get_issue(DOMAIN, "mqtt_port_unavailable") is None
+    assert issue_registry.async_get_issue(DOMAIN, "mqtt_port_unavailable") is None
 
 
 # -- hostile input ------------------------------------------------------------------------------
@@ -559,7 +564,7 @@ async def test_every_device_comes_back_after_a_restart(
 
 
 async def test_blocked_udp_raises_a_repair(
-    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+    hass: HomeAssistant, issue_registry: ir.IssueRegistry, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
 ) -> None:
     """The device talks but no datagram arrives (a firewall): a repair names the port; audio clears it."""
     from datetime import timedelta
@@ -567,7 +572,7 @@ async def test_blocked_udp_raises_a_repair(
     from homeassistant.util import dt as dt_util
     from pytest_homeassistant_custom_component.common import async_fire_time_changed
 
-    from custom_components.xiaozhi_local.mqtt import UDP_DEADLINE
+    from custom_components.xiaozhi_local.mqtt_link import UDP_DEADLINE
 
     device = await make_mqtt()
     xdev = hub.devices[MAC]
@@ -577,14 +582,14 @@ async def test_blocked_udp_raises_a_repair(
     await asyncio.sleep(0.1)  # (its datagrams are lost on the way)
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=UDP_DEADLINE + 1))
     await hass.async_block_till_done()
-    issue = ir.async_get(hass).async_get_issue(DOMAIN, "udp_blocked")
+    issue = issue_registry.async_get_issue(DOMAIN, "udp_blocked")
     assert issue is not None
     assert issue.translation_placeholders == {"device": "Kitchen", "port": str(hub.mqtt.udp_port)}  # type: ignore[union-attr]
     from xiaozhi_sim.voice import MicEncoder
 
     device.send_datagram(next(iter(MicEncoder(60).packets(speech_pcm()[:8000]))))
     await wait_for(xdev, lambda d: d.connection is not None and d.connection.audio_open)
-    assert ir.async_get(hass).async_get_issue(DOMAIN, "udp_blocked") is None
+    assert issue_registry.async_get_issue(DOMAIN, "udp_blocked") is None
 
 
 async def test_announce_while_idle_on_firmware_25_is_spoken(

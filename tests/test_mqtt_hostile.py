@@ -20,14 +20,8 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry, async_
 from custom_components.xiaozhi_local import mqtt as mqtt_module
 from custom_components.xiaozhi_local.const import PING_INTERVAL
 from custom_components.xiaozhi_local.hub import XiaozhiHub
-from custom_components.xiaozhi_local.mqtt import (
-    FAILED_LOGINS,
-    FREE_GUESSES,
-    MAX_KEEPALIVE,
-    MAX_UNAUTHENTICATED,
-    UNANSWERED_LIMIT,
-    source_of,
-)
+from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, FREE_GUESSES, MAX_UNAUTHENTICATED, source_of
+from custom_components.xiaozhi_local.mqtt_link import MAX_KEEPALIVE, UNANSWERED_LIMIT
 from xiaozhi_sim.mqtt import mqtt_connect
 
 from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_online, served_hub, wait_for
@@ -198,7 +192,7 @@ async def test_forged_audio_cannot_move_the_devices_audio(
     own, move nothing; the device's own from a new port, at its next turn, do. A thousand guesses
     without the key from a port of its address at a new turn move nothing either.
     """
-    from custom_components.xiaozhi_local.mqtt import MqttLink
+    from custom_components.xiaozhi_local.mqtt_link import MqttLink
     from custom_components.xiaozhi_local.protocol.udp import MOVE_EVIDENCE, MOVE_GUESSES
     from xiaozhi_sim.voice import MicEncoder
 

@@ -16,7 +16,7 @@ from custom_components.xiaozhi_local.pairing import MAX_PENDING, MAX_PER_SOURCE
 from xiaozhi_sim import OtaTiming, SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, FAST, MAC, TOKEN, ota_url, wait_for, ws_url
-from .helpers import placeholders_of
+from .helpers import placeholders_of, start_reconfigure
 
 NEW_MAC = "aa:bb:cc:00:11:22"
 
@@ -54,7 +54,7 @@ async def pair_by_spoken_code(hass: HomeAssistant, spoken: asyncio.Queue[str]) -
     await hass.async_block_till_done()
     flow = hass.config_entries.flow.async_progress_by_handler(DOMAIN)[0]
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
-    assert result["reason"] == "paired"
+    assert result["reason"] == "pairing_successful"
 
 
 @pytest.mark.parametrize("flavor", ["py-xiaozhi", "xiaozhi-sdk"])
@@ -115,7 +115,7 @@ async def test_a_client_that_waits_for_its_code_over_websocket_is_told_it(
     # Once the code is typed, the same token is the device's.
     flow = hass.config_entries.flow.async_progress_by_handler(DOMAIN)[0]
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
-    assert result["reason"] == "paired"
+    assert result["reason"] == "pairing_successful"
     sdk = SimulatedDevice(
         SimulatorOptions(url=hub_url, token=token, mac=NEW_MAC, client_id=CLIENT_ID, flavor="xiaozhi-sdk")
     )
@@ -125,7 +125,11 @@ async def test_a_client_that_waits_for_its_code_over_websocket_is_told_it(
 
 
 async def test_whole_journey(
-    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
+    hass: HomeAssistant,
+    device_registry: dr.DeviceRegistry,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    hub_url: str,
 ) -> None:
     hub = setup_integration.runtime_data
     device = new_device(board="bread-compact-wifi")
@@ -158,7 +162,7 @@ async def test_whole_journey(
     assert result["errors"] == {"code": "invalid_code"}
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code, "name": "Kids' room"})
     assert result["type"] is FlowResultType.ABORT
-    assert result["reason"] == "paired"
+    assert result["reason"] == "pairing_successful"
     # The device's next check gets its WebSocket settings.
     answer = await asyncio.wait_for(boot, 10)
     assert device.ota.log.activations[-1] == 200
@@ -177,7 +181,7 @@ async def test_whole_journey(
     xdev = hub.devices[NEW_MAC]
     await xdev.async_wait_ready(5)
     assert "self.audio_speaker.set_volume" in xdev.tools
-    entry = dr.async_get(hass).async_get(xdev.device_id)
+    entry = device_registry.async_get(xdev.device_id)
     assert isinstance(entry, dr.DeviceEntry)
     assert (entry.name, entry.model, entry.sw_version, entry.hw_version) == (
         "Kids' room",
@@ -234,17 +238,20 @@ async def test_paired_device_gets_settings_at_once(
 
 
 async def test_registry_follows_the_ota_body(
-    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+    hass: HomeAssistant,
+    device_registry: dr.DeviceRegistry,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
 ) -> None:
     xdev = setup_integration.runtime_data.devices[MAC]
     body = {"application": {"version": "2.4.2"}, "board": {"type": "bread-compact-wifi"}, "chip_model_name": "esp32s3"}
     await client.post(OTA_PATH, json=body, headers=ota_headers(MAC))
-    entry = dr.async_get(hass).async_get(xdev.device_id)
+    entry = device_registry.async_get(xdev.device_id)
     assert isinstance(entry, dr.DeviceEntry)
     assert (entry.model, entry.sw_version, entry.hw_version) == ("bread-compact-wifi", "2.4.2", "esp32s3")
     body["application"] = {"version": "2.5.0"}
     await client.post(OTA_PATH, json=body, headers=ota_headers(MAC))
-    entry = dr.async_get(hass).async_get(xdev.device_id)
+    entry = device_registry.async_get(xdev.device_id)
     assert isinstance(entry, dr.DeviceEntry)
     assert entry.sw_version == "2.5.0"
 
@@ -360,9 +367,7 @@ async def test_token_regeneration(
     xdev = setup_integration.runtime_data.devices[MAC]
     await xdev.async_wait_ready(5)
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
-    result = await hass.config_entries.subentries.async_init(
-        (setup_integration.entry_id, "device"), context={"source": "reconfigure", "subentry_id": sub.subentry_id}
-    )
+    result = await start_reconfigure(hass, setup_integration, sub.subentry_id)
     assert result["step_id"] == "reconfigure"
     result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
     assert result["step_id"] == "new_token"
@@ -425,7 +430,11 @@ async def test_endpoint_when_not_loaded(
 
 
 async def test_device_info_from_ota_is_not_overwritten_by_server_info(
-    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
+    hass: HomeAssistant,
+    device_registry: dr.DeviceRegistry,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    hub_url: str,
 ) -> None:
     """An SDK names itself in serverInfo (or names nothing): the board and version OTA reported stay."""
     device = new_device(mac=MAC, client_id=CLIENT_ID, board="bread-compact-wifi", firmware_version="2.4.2")
@@ -434,7 +443,7 @@ async def test_device_info_from_ota_is_not_overwritten_by_server_info(
     await device.connect()
     xdev = setup_integration.runtime_data.devices[MAC]
     await xdev.async_wait_ready(5)
-    entry = dr.async_get(hass).async_get(xdev.device_id)
+    entry = device_registry.async_get(xdev.device_id)
     assert isinstance(entry, dr.DeviceEntry)
     assert (entry.model, entry.sw_version) == ("bread-compact-wifi", "2.4.2")
     await device.drop()

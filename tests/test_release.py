@@ -83,7 +83,7 @@ def test_requirements_match_home_assistant_pins() -> None:
         name.lower(): pinned
         for line in (HA_COMPONENTS.parent / "package_constraints.txt").read_text().splitlines()
         if (match := re.fullmatch(r"([A-Za-z0-9_.-]+)==(\S+)", line.strip()))
-        for name, pinned in [match.groups()]
+        for name, pinned in (match.groups(),)
     }
     assert MANIFEST["requirements"]
     for requirement in MANIFEST["requirements"]:

@@ -55,7 +55,9 @@ async def test_ffmpeg_missing(
     assert found.translation_placeholders == {"binary": "ffmpeg"}
 
 
-async def test_wrong_token_repeated(hass: HomeAssistant, client: TestClient[Any, Any]) -> None:
+async def test_wrong_token_repeated(
+    hass: HomeAssistant, issue_registry: ir.IssueRegistry, client: TestClient[Any, Any]
+) -> None:
     issue_id = f"{repairs.ISSUE_WRONG_TOKEN}_{MAC}"
     for attempt in range(repairs.WRONG_TOKEN_LIMIT):
         assert issue(hass, issue_id) is None, attempt
@@ -67,7 +69,7 @@ async def test_wrong_token_repeated(hass: HomeAssistant, client: TestClient[Any,
     # Strangers never raise one (and learn nothing about which MACs are paired).
     for _ in range(repairs.WRONG_TOKEN_LIMIT):
         await client.get(WS_PATH, headers={"Authorization": "Bearer x", "Device-Id": "cc:ba:97:00:00:09"})
-    assert [i for i in ir.async_get(hass).issues.values() if i.domain == DOMAIN and "00:00:09" in i.issue_id] == []
+    assert [i for i in issue_registry.issues.values() if i.domain == DOMAIN and "00:00:09" in i.issue_id] == []
     # The device gets in with its token: the issue is over.
     async with client.ws_connect(WS_PATH, headers={"Authorization": f"Bearer {TOKEN}", "Device-Id": MAC}) as ws:
         await ws.send_str('{"type":"hello"}')
@@ -81,7 +83,7 @@ async def test_a_wrong_token_for_a_paired_mac_costs_what_an_unknown_mac_costs(
     """Pairing status must not leak by timing: the refusal of a paired MAC's wrong token does the
     same work before its answer as an unknown MAC's (the repair's bookkeeping comes after)."""
     from custom_components.xiaozhi_local import hub as hub_module
-    from custom_components.xiaozhi_local.hub import Refused
+    from custom_components.xiaozhi_local.auth import Refused
 
     calls: list[tuple[str, int]] = []
     monkeypatch.setattr(hub_module, "async_wrong_token", lambda _hass, mac, _name, count: calls.append((mac, count)))
@@ -94,7 +96,7 @@ async def test_a_wrong_token_for_a_paired_mac_costs_what_an_unknown_mac_costs(
 
 
 async def test_wrong_tokens_update_the_repair_as_their_count_doubles(
-    hass: HomeAssistant, client: TestClient[Any, Any]
+    hass: HomeAssistant, device_registry: dr.DeviceRegistry, client: TestClient[Any, Any]
 ) -> None:
     """Anyone who knows a paired MAC can send wrong tokens: a thousand of them update the repair
     (a write and an event each) a handful of times, log once per kind, and are all counted."""
@@ -114,7 +116,7 @@ async def test_wrong_tokens_update_the_repair_as_their_count_doubles(
     assert device.log.counts["token_guess"] == 1000
     assert device.log.counts["token_no_token"] == 1
     entry = hass.config_entries.async_entries(DOMAIN)[0]
-    registry_device = dr.async_get(hass).async_get(device.device_id)
+    registry_device = device_registry.async_get(device.device_id)
     assert isinstance(registry_device, dr.DeviceEntry)
     diagnostics = await async_get_device_diagnostics(hass, entry, registry_device)
     assert diagnostics["problems"]["token_guess"] == 1000

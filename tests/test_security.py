@@ -21,15 +21,15 @@ from homeassistant.config_entries import (
     ConfigSubentry,
     ConfigSubentryData,
 )
+from homeassistant.const import CONF_CLIENT_ID, CONF_MAC
 from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import FlowResultType
 from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
+from custom_components.xiaozhi_local.auth import Refused
 from custom_components.xiaozhi_local.const import (
-    CONF_CLIENT_ID,
-    CONF_MAC,
     CONF_WEBSOCKET_URL,
     DEFAULT_NEW_PER_HOUR as AUTO_PAIR_PER_HOUR,
     DOMAIN,
@@ -37,13 +37,12 @@ from custom_components.xiaozhi_local.const import (
     SUBENTRY_DEVICE,
     WS_PATH,
 )
-from custom_components.xiaozhi_local.hub import Refused
 from custom_components.xiaozhi_local.identities import token_hash
 from custom_components.xiaozhi_local.pairing import MAX_PER_SOURCE
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, FAST, MAC, TOKEN, device_subentry, ota_url, wait_for, ws_url
-from .helpers import placeholders_of
+from .helpers import placeholders_of, start_reconfigure
 from .test_ota import NEW_MAC, ota_headers
 
 STRANGER = "5f0e0000-0000-4000-8000-00000000dead"
@@ -268,9 +267,7 @@ async def test_activate_tells_nobody_what_is_paired(
 
 async def regenerate(hass: HomeAssistant, entry: MockConfigEntry) -> str:
     sub = next(s for s in entry.subentries.values() if s.unique_id == MAC)
-    result = await hass.config_entries.subentries.async_init(
-        (entry.entry_id, "device"), context={"source": "reconfigure", "subentry_id": sub.subentry_id}
-    )
+    result = await start_reconfigure(hass, entry, sub.subentry_id)
     result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
     token = placeholders_of(result)["token"]
     await hass.config_entries.subentries.async_configure(result["flow_id"], {})
@@ -418,7 +415,7 @@ async def test_a_flood_does_not_push_out_the_device_being_paired(
     assert len(hub.pairing) == 1 + MAX_PER_SOURCE
     flows = hass.config_entries.flow.async_progress_by_handler(DOMAIN, match_context={"unique_id": NEW_MAC})
     result = await hass.config_entries.flow.async_configure(flows[0]["flow_id"], {"code": code})
-    assert result["reason"] == "paired"
+    assert result["reason"] == "pairing_successful"
     assert "token" in (await asyncio.wait_for(boot, 10))["websocket"]
 
 

@@ -85,15 +85,15 @@ def test_manifest_key_order() -> None:
 
 
 def test_entity_names_and_states_are_translated() -> None:
-    from custom_components.xiaozhi_local import binary_sensor, button, event, tool_map
+    from custom_components.xiaozhi_local import binary_sensor, button, event, light, number, select, sensor
 
     rows = [
-        *(("number", d) for d in tool_map.NUMBERS),
-        *(("select", d) for d in tool_map.SELECTS),
-        *(("sensor", d) for d in tool_map.SENSORS),
-        *(("binary_sensor", d) for d in tool_map.BINARY_SENSORS),
-        *(("light", d) for d in tool_map.LIGHTS),
-        *(("button", d) for d in tool_map.BUTTONS),
+        *(("number", d) for d in number.NUMBERS),
+        *(("select", d) for d in select.SELECTS),
+        *(("sensor", d) for d in sensor.SENSORS),
+        *(("binary_sensor", d) for d in binary_sensor.BINARY_SENSORS),
+        *(("light", d) for d in light.LIGHTS),
+        *(("button", d) for d in button.BUTTONS),
         ("binary_sensor", binary_sensor.CONNECTED),
         ("button", button.IR_BUTTON),
         ("button", button.TOOL_BUTTON),

@@ -18,6 +18,7 @@ from pytest_homeassistant_custom_component.common import (
     mock_integration,
     mock_platform,
 )
+from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
 from custom_components.xiaozhi_local.const import DOMAIN, VISION_PATH
 from custom_components.xiaozhi_local.vision import NO_AI_TASK
@@ -225,7 +226,10 @@ async def test_xiaozhi_sdk_uploads_without_device_id(
 
 
 async def test_last_photo_before_the_first_photo_is_a_placeholder(
-    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hass_client: Any
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    hass_client: ClientSessionGenerator,
 ) -> None:
     """Before the camera took anything, the image answers with the icon, not HTTP 500."""
     sim = await camera(hass, setup_integration, client)

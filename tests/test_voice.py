@@ -3,6 +3,7 @@
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
@@ -176,7 +177,6 @@ async def test_wake_phrase_is_passed_on(hass: HomeAssistant, ready: Voice, clien
 
 
 async def test_typed_text(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
-    from homeassistant.util import dt as dt_util
     from pytest_homeassistant_custom_component.common import async_fire_time_changed
 
     waiter = EventWaiter(hass, EVENT_NOTIFICATION)
@@ -286,7 +286,6 @@ async def test_start_conversation(hass: HomeAssistant, ready: Voice, device: Sim
 
 
 async def test_silence_ends_the_conversation(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
-    from homeassistant.util import dt as dt_util
     from pytest_homeassistant_custom_component.common import async_fire_time_changed
 
     await device.say(b"", silence_after=0.5)  # listening, nobody speaks
@@ -463,7 +462,7 @@ async def test_push_to_talk_is_not_cut_at_a_pause(hass: HomeAssistant, ready: Vo
     ["file://{wav}", "file:{wav}", "FILE:{wav}", "concat:{wav}|{wav}", "subfile,,start,0,end,0,,:{wav}"],
 )
 async def test_announced_media_never_reads_home_assistants_files(
-    hass: HomeAssistant, ready: Voice, device: SimulatedDevice, tmp_path: Any, media_id: str
+    hass: HomeAssistant, ready: Voice, device: SimulatedDevice, tmp_path: Path, media_id: str
 ) -> None:
     """A service's media id reaches ffmpeg: only http(s) is opened, never a local file, however named."""
     import wave

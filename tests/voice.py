@@ -12,8 +12,8 @@ from typing import Any, Literal
 import wave
 
 from homeassistant.components import conversation, stt, tts
-from homeassistant.components.assist_pipeline.pipeline import async_get_pipeline, async_update_pipeline
-from homeassistant.components.tts.entity import TTSAudioRequest, TTSAudioResponse
+from homeassistant.components.assist_pipeline import async_get_pipeline, async_update_pipeline
+from homeassistant.components.tts import TTSAudioRequest, TTSAudioResponse
 from homeassistant.config_entries import ConfigEntry, ConfigFlow
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import intent, llm

@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 from homeassistant.auth.const import GROUP_ID_ADMIN
 from homeassistant.components import websocket_api
-from homeassistant.components.assist_pipeline.pipeline import async_get_pipeline, async_update_pipeline
+from homeassistant.components.assist_pipeline import async_get_pipeline, async_update_pipeline
 from homeassistant.components.websocket_api.connection import ActiveConnection
 from homeassistant.components.websocket_api.decorators import async_response, websocket_command
 from homeassistant.config_entries import ConfigEntry

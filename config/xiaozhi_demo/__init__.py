@@ -8,7 +8,7 @@ demo (pocketsphinx recognised 12 of 40 espeak-ng sentences even with a closed gr
 simulated device types its questions (``listen detect`` with text, as browser pages do).
 """
 
-from homeassistant.components.assist_pipeline.pipeline import async_get_pipeline, async_update_pipeline
+from homeassistant.components.assist_pipeline import async_get_pipeline, async_update_pipeline
 from homeassistant.config_entries import ConfigEntry
 from homeassistant.const import Platform
 from homeassistant.core import HomeAssistant

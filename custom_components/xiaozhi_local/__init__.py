@@ -1,5 +1,7 @@
 """Xiaozhi Local: Home Assistant as the server of xiaozhi voice devices."""
 
+from functools import partial
+import shutil
 from typing import Any
 
 from homeassistant.const import EVENT_CORE_CONFIG_UPDATE, EVENT_HOMEASSISTANT_STOP, Platform
@@ -9,13 +11,14 @@ from homeassistant.helpers.typing import ConfigType
 
 from .const import DOMAIN
 from .http import XiaozhiWebSocketView, register_open_view
-from .hub import XiaozhiConfigEntry, XiaozhiHub
+from .hub import XiaozhiConfigEntry, XiaozhiHub, hub_store
+from .identities import journal_store
+from .idle_media import DATA_ANNOUNCEMENTS, XiaozhiNotifyView
 from .llm import API_NAME, XiaozhiDevicesAPI
-from .notify import XiaozhiNotifyView
 from .ota import XiaozhiActivateView, XiaozhiOtaView
 from .repairs import async_check_ffmpeg, async_check_url
 from .services import async_setup_services
-from .updates import XiaozhiFirmwareView
+from .updates import DATA_FIRMWARE, XiaozhiFirmwareView
 from .vision import XiaozhiVisionView
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
@@ -63,6 +66,17 @@ async def async_migrate_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) ->
 async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:
     """Start the hub: devices from the subentries; the endpoint accepts them from now on."""
     hub = XiaozhiHub(hass, entry)
+    # Before anything starts: a setup that fails later frees what it took (ports, tasks), as an unload does.
+    entry.async_on_unload(hub.async_shutdown)
+    # The views' data while this hub is set up (a request after it is unloaded gets a 404).
+    hass.data[DATA_ANNOUNCEMENTS], hass.data[DATA_FIRMWARE] = hub.announcements, hub.firmware
+
+    @callback
+    def views_closed() -> None:
+        hass.data.pop(DATA_ANNOUNCEMENTS, None)
+        hass.data.pop(DATA_FIRMWARE, None)
+
+    entry.async_on_unload(views_closed)
     await hub.async_load()
     hub.async_restore_devices()  # where Home Assistant was stopped before it saved a pairing
     hub.async_sync_devices()
@@ -99,7 +113,16 @@ async def _async_entry_updated(hass: HomeAssistant, entry: XiaozhiConfigEntry) -
 
 
 async def async_unload_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:
-    """Close every device connection; the endpoint refuses devices until the next setup."""
-    unloaded = await hass.config_entries.async_unload_platforms(entry, PLATFORMS)
-    await entry.runtime_data.async_shutdown()
-    return unloaded
+    """Remove the entities; the hub's shutdown (registered at setup) then closes every connection."""
+    return await hass.config_entries.async_unload_platforms(entry, PLATFORMS)
+
+
+async def async_remove_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> None:
+    """The hub is deleted: what it wrote goes with it.
+
+    Its store, the token journal (the devices' secrets) and the downloaded firmware. The
+    ``xiaozhi_firmware`` folder stays: the user put those files there.
+    """
+    await hub_store(hass, entry.entry_id).async_remove()
+    await journal_store(hass, entry.entry_id).async_remove()
+    await hass.async_add_executor_job(partial(shutil.rmtree, hass.config.cache_path(DOMAIN), ignore_errors=True))

@@ -1,18 +1,40 @@
 """Binary sensors: charging, and whether the device is connected now."""
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from homeassistant.components.binary_sensor import BinarySensorEntity, BinarySensorEntityDescription
-from homeassistant.components.binary_sensor.const import BinarySensorDeviceClass
+from homeassistant.components.binary_sensor import (
+    BinarySensorDeviceClass,
+    BinarySensorEntity,
+    BinarySensorEntityDescription,
+)
 from homeassistant.const import EntityCategory
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .device import XiaozhiDevice
-from .entity import XiaozhiEntity, XiaozhiValueEntity, async_setup_device_entities, rows_for
+from .entity import XiaozhiEntity, XiaozhiValueDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
-from .tool_map import BINARY_SENSORS, XiaozhiBinarySensorDescription
+from .tool_map import STATUS, as_bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class XiaozhiBinarySensorDescription(XiaozhiValueDescription, BinarySensorEntityDescription):
+    """A binary sensor row."""
+
+
+BINARY_SENSORS: tuple[XiaozhiBinarySensorDescription, ...] = (
+    XiaozhiBinarySensorDescription(
+        key="charging",
+        tools=(STATUS,),
+        path=("battery", "charging"),
+        convert=as_bool,
+        device_class=BinarySensorDeviceClass.BATTERY_CHARGING,
+        only_when_reported=True,
+    ),
+)
+
 
 PARALLEL_UPDATES = 0
 

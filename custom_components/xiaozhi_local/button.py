@@ -1,19 +1,45 @@
 """Buttons: restart, Wi-Fi reconfiguration, one per saved IR code, and plain argument-less tools."""
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from homeassistant.components.button import ButtonDeviceClass, ButtonEntity, ButtonEntityDescription  # type: ignore[attr-defined]
+from homeassistant.components.button import ButtonDeviceClass, ButtonEntity, ButtonEntityDescription
 from homeassistant.const import EntityCategory
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
+from .binary_sensor import BINARY_SENSORS
 from .const import DOMAIN, MAX_REMOVED_RECORDS, MAX_TOOL_BUTTONS
 from .device import XiaozhiDevice
-from .entity import XiaozhiEntity, async_setup_device_entities, rows_for
+from .entity import XiaozhiEntity, XiaozhiEntityDescription, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
-from .tool_map import BUTTONS, IR_LIST, IR_SEND, XiaozhiButtonDescription, ir_code_names, plain_buttons
+from .light import LIGHTS
+from .number import NUMBERS
+from .select import SELECTS
+from .sensor import SENSORS
+from .tool_map import IR_LIST, IR_SEND, ir_code_names, plain_buttons
+
+
+@dataclass(frozen=True, kw_only=True)
+class XiaozhiButtonDescription(XiaozhiEntityDescription, ButtonEntityDescription):
+    """A button row: pressing calls ``tools[0]`` without arguments."""
+
+
+BUTTONS: tuple[XiaozhiButtonDescription, ...] = (
+    XiaozhiButtonDescription(
+        key="reconfigure_wifi",
+        translation_key="reconfigure_wifi",
+        tools=("self.system.reconfigure_wifi",),
+        entity_category=EntityCategory.CONFIG,
+        entity_registry_enabled_default=False,
+    ),
+)
+MAPPED_TOOLS = frozenset(
+    tool for rows in (NUMBERS, SELECTS, SENSORS, BINARY_SENSORS, LIGHTS, BUTTONS) for row in rows for tool in row.tools
+)
+"""Tools some platform's row maps: never a generic button."""
 
 PARALLEL_UPDATES = 1
 
@@ -119,7 +145,7 @@ def forget_oldest_removed(registry: er.EntityRegistry, prefix: str) -> None:
 
 def tool_buttons(device: XiaozhiDevice) -> list[str]:
     """The tools that get a generic button: at most ``MAX_TOOL_BUTTONS`` (bounds the registry)."""
-    names = plain_buttons(device.tools)
+    names = plain_buttons(device.tools, MAPPED_TOOLS)
     if len(names) > MAX_TOOL_BUTTONS:
         device.log.report("too_many_buttons", f"{len(names)} tools could be buttons; the first {MAX_TOOL_BUTTONS} are")
     return names[:MAX_TOOL_BUTTONS]

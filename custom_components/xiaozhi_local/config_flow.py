@@ -11,6 +11,7 @@ from homeassistant.config_entries import (
     OptionsFlow,
     SubentryFlowResult,
 )
+from homeassistant.const import CONF_CODE, CONF_MAC, CONF_NAME, CONF_TOKEN
 from homeassistant.core import callback
 from homeassistant.data_entry_flow import section
 from homeassistant.helpers import selector
@@ -25,12 +26,10 @@ from .const import (
     CONF_FIRMWARE_VENDOR,
     CONF_FIRMWARE_VENDOR_URL,
     CONF_IDLE_TIMEOUT,
-    CONF_MAC,
     CONF_MQTT,
     CONF_MQTT_PORT,
     CONF_NEW_PER_HOUR,
     CONF_SILENCE_TIMEOUT,
-    CONF_TOKEN,
     CONF_UDP_PORT,
     CONF_WEBSOCKET_URL,
     DEFAULT_IDLE_TIMEOUT,
@@ -48,13 +47,11 @@ from .pairing import CheckResult, PendingDevice, new_token
 from .protocol.messages import normalize_mac
 from .urls import ota_url, websocket_url
 
-CONF_CODE = "code"
-CONF_NAME = "name"
-
 CODE_SCHEMA = vol.Schema(
     {
         vol.Required(CONF_CODE): selector.TextSelector(),
-        vol.Optional(CONF_NAME): selector.TextSelector(),
+        # A device reports only its board type: identical boards are told apart by the room named here.
+        vol.Optional(CONF_NAME): selector.TextSelector(),  # pylint: disable=home-assistant-config-flow-name-field
     }
 )
 
@@ -123,7 +120,7 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
 
         def paired(pending: PendingDevice) -> ConfigFlowResult:
             device = hub.async_pair(self._mac, _name(user_input or {}), pending.report.identity, token=pending.token)
-            return self.async_abort(reason="paired", description_placeholders={"name": device.name})
+            return self.async_abort(reason="pairing_successful", description_placeholders={"name": device.name})
 
         return self._code_form(
             hub, "pair", CODE_SCHEMA, user_input=user_input, placeholders={"mac": self._mac}, paired=paired
@@ -280,7 +277,8 @@ class XiaozhiOptionsFlow(OptionsFlow):
 MANUAL_SCHEMA = vol.Schema(
     {
         vol.Required(CONF_MAC): selector.TextSelector(),
-        vol.Optional(CONF_NAME): selector.TextSelector(),
+        # A device reports only its board type: identical boards are told apart by the room named here.
+        vol.Optional(CONF_NAME): selector.TextSelector(),  # pylint: disable=home-assistant-config-flow-name-field
     }
 )
 

@@ -7,7 +7,7 @@ next connects.
 """
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 import hmac
 import itertools
@@ -16,6 +16,7 @@ import secrets
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from homeassistant.config_entries import ConfigSubentry
+from homeassistant.const import CONF_CLIENT_ID, CONF_MAC
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 from homeassistant.helpers import device_registry as dr
@@ -24,8 +25,6 @@ from homeassistant.helpers.typing import UNDEFINED
 from homeassistant.util import dt as dt_util
 
 from .const import (
-    CONF_CLIENT_ID,
-    CONF_MAC,
     CONF_OPEN,
     CONF_SERIAL,
     DEFAULT_CALL_TIMEOUT,
@@ -36,7 +35,7 @@ from .const import (
     NOTIFICATION_RATE,
     VISION_TOKEN_TTL,
 )
-from .conversation import Conversation
+from .conversations import Conversation
 from .limits import TokenBucket
 from .pairing import Identity
 from .protocol.firmware import BoardFacts
@@ -181,7 +180,7 @@ class XiaozhiDevice:
         self.name = subentry.title
         self.connection: DeviceLink | None = None
         self.conversation: Conversation | None = None
-        """Its open conversation, on whichever link carries it (conversation.py)."""
+        """Its open conversation, on whichever link carries it (conversations.py)."""
         self.voice: VoiceHandler | None = None  # the assist satellite, once it exists
         self.server_info = ServerInfo()
         self.last_seen: datetime | None = None
@@ -300,11 +299,23 @@ class XiaozhiDevice:
         if token != self.token:
             self.token = token
             if self.connection is not None:  # a replaced token ends the session it opened
-                self.hass.async_create_task(self.connection.async_close("token changed"))
+                self.async_create_task(self.connection.async_close("token changed"), f"xiaozhi_local close {self.mac}")
         identity, self.identity = self.identity, _identity_of(subentry)
         return identity != self.identity
 
     # -- listeners ----------------------------------------------------------------------------
+
+    @callback
+    def async_create_task[T](
+        self, target: Coroutine[Any, Any, T], name: str, *, background: bool = False
+    ) -> asyncio.Task[T]:
+        """A task of the device's hub entry: awaited (``background``: cancelled) when the hub unloads."""
+        entry = self.hass.config_entries.async_get_entry(self.entry_id)
+        if entry is None:  # the hub is being removed: a plain task, the link's close still runs
+            return self.hass.async_create_task(target, name)
+        if background:
+            return entry.async_create_background_task(self.hass, target, name)
+        return entry.async_create_task(self.hass, target, name)
 
     @callback
     def async_add_listener(self, listener: Callable[[], None]) -> CALLBACK_TYPE:
@@ -367,7 +378,7 @@ class XiaozhiDevice:
         self.address = connection.client.address or self.address
         if old is not None and old is not connection:
             _LOGGER.debug("Device %s reconnected; closing its previous connection", self.mac)
-            self.hass.async_create_task(old.async_close("replaced by a new connection"))
+            self.async_create_task(old.async_close("replaced by a new connection"), f"xiaozhi_local close {self.mac}")
         self._async_notify()
 
     @callback
@@ -525,9 +536,9 @@ class XiaozhiDevice:
             if self.pending.get(key) is setting:  # not replaced meanwhile (latest value wins)
                 del self.pending[key]
         self._persist(REPORT_SAVE_DELAY)
-        await self.async_refresh()
+        await self.async_read_queries()
 
-    async def async_refresh(self) -> None:
+    async def async_read_queries(self) -> None:
         """Call the query tools the device has (``get_device_status`` …); keep what they return."""
         async with self._refresh_lock:  # one at a time: a later refresh sees later values
             for tool in QUERY_TOOLS:
@@ -564,7 +575,7 @@ class XiaozhiDevice:
         try:
             await self._async_run_setter(tool, arguments)
         finally:  # success or not, show what the device really has now
-            await self.async_refresh()
+            await self.async_read_queries()
 
     async def _async_run_setter(self, tool: str, arguments: dict[str, Any]) -> None:
         try:

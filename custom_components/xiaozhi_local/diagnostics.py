@@ -9,10 +9,11 @@ from dataclasses import asdict
 from typing import Any
 
 from homeassistant.components.diagnostics import async_redact_data
+from homeassistant.const import CONF_CLIENT_ID, CONF_TOKEN
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import device_registry as dr
 
-from .const import CONF_CLIENT_ID, CONF_SERIAL, CONF_TOKEN, DOMAIN
+from .const import CONF_SERIAL, DOMAIN
 from .device import XiaozhiDevice
 from .hub import XiaozhiConfigEntry
 from .updates import FirmwareUpdates
@@ -118,7 +119,7 @@ async def async_get_config_entry_diagnostics(hass: HomeAssistant, entry: Xiaozhi
 
 
 async def async_get_device_diagnostics(
-    hass: HomeAssistant, entry: XiaozhiConfigEntry, device_entry: dr.DeviceEntry
+    hass: HomeAssistant, entry: XiaozhiConfigEntry, device_entry: dr.AnyDeviceEntry
 ) -> dict[str, Any]:
     """One device."""
     mac = next((ident for domain, ident in device_entry.identifiers if domain == DOMAIN), None)

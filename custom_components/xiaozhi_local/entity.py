@@ -1,6 +1,7 @@
 """The base of every Xiaozhi Local entity, and how platforms add entities as devices change."""
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from homeassistant.core import HomeAssistant, callback
@@ -11,13 +12,48 @@ from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from .const import DOMAIN
 from .device import XiaozhiDevice
 from .hub import XiaozhiConfigEntry
-from .tool_map import XiaozhiEntityDescription, XiaozhiValueDescription, reported
+from .tool_map import STATUS, value_at
 
 WAITING_FOR_DEVICE = "waiting_for_device"
 """State attribute of a setting made while the device was away (applied when it connects)."""
 
 type Candidates = Callable[[XiaozhiDevice], Iterable[tuple[str, Callable[[], Entity]]]]
 """For a device: (key, factory) of every entity that applies to it now."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class XiaozhiEntityDescription(EntityDescription):
+    """Common to every row: the tools the entity needs."""
+
+    tools: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class XiaozhiValueDescription(XiaozhiEntityDescription):
+    """An entity showing one value of a query tool's result."""
+
+    source: str = STATUS
+    path: tuple[str, ...]
+    also_from: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Other (query tool, path) to read the value from when ``source`` has none."""
+    convert: Callable[[Any], Any]
+    only_when_reported: bool = False  # created only once the device reported the value
+
+
+@dataclass(frozen=True, kw_only=True)
+class XiaozhiSettingDescription(XiaozhiValueDescription):
+    """A value the user sets: ``setter`` is called with ``{argument: value}``."""
+
+    setter: str
+    argument: str
+
+
+def reported(queries: dict[str, Any], description: XiaozhiValueDescription) -> Any:
+    """A row's value as last reported (converted): its source, else its other sources; None."""
+    for source, path in ((description.source, description.path), *description.also_from):
+        if (value := description.convert(value_at(queries, source, path))) is not None:
+            return value
+    return None
 
 
 class XiaozhiEntity(Entity):

@@ -9,9 +9,10 @@ from homeassistant.components.http.ban import process_wrong_login
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView, request_handler_factory
 
+from .auth import Refused
 from .const import MAX_CONNECTION_MESSAGE, WS_PATH
 from .device import XiaozhiDevice
-from .hub import Refused, async_get_hub
+from .hub import async_get_hub
 from .pairing_session import async_run_pairing_session
 from .protocol.messages import PROTOCOL_VERSIONS, normalize_mac
 from .urls import vision_url

@@ -3,15 +3,15 @@
 import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from enum import StrEnum
 import hashlib
 import hmac
 import logging
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from homeassistant.config_entries import SOURCE_INTEGRATION_DISCOVERY, ConfigEntry, ConfigSubentry
+from homeassistant.const import CONF_CLIENT_ID, CONF_MAC, CONF_TOKEN
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers import discovery_flow
 from homeassistant.helpers.event import async_track_time_interval
@@ -19,15 +19,13 @@ from homeassistant.helpers.json import json_bytes
 from homeassistant.helpers.storage import Store
 
 from . import transport
+from .auth import Refused
 from .const import (
     CONF_ACCEPT_WITHOUT_CODE,
-    CONF_CLIENT_ID,
-    CONF_MAC,
     CONF_MQTT,
     CONF_MQTT_PORT,
     CONF_NEW_PER_HOUR,
     CONF_OPEN,
-    CONF_TOKEN,
     CONF_TRANSPORT,
     CONF_UDP_PORT,
     CONF_WEBSOCKET_URL,
@@ -46,9 +44,10 @@ from .const import (
 from .device import REPORT_SAVE_DELAY, XiaozhiDevice
 from .firmware_sources import CHECK_EVERY as FIRMWARE_CHECK_EVERY
 from .identities import IdentityJournal, token_hash
+from .idle_media import AnnouncementStore
 from .limits import SlidingWindow
 from .link import DeviceLink
-from .notify import AnnouncementStore
+from .mqtt import MqttEndpoint
 from .pairing import DeviceReport, Identity, PairingManager, PendingDevice, new_token
 from .protocol.logs import OnceLogger
 from .protocol.messages import normalize_mac
@@ -56,28 +55,15 @@ from .repairs import async_mqtt_port, async_token_accepted, async_wrong_token
 from .updates import FirmwareUpdates
 from .urls import firmware_url, notify_url, vision_url, websocket_url
 
-if TYPE_CHECKING:
-    from .mqtt import MqttEndpoint
-
 _LOGGER = logging.getLogger(__name__)
 
 STORAGE_VERSION = 1
 _DUMMY_TOKEN = "x" * 43  # compared against when the device is unknown, so timing tells nothing
 
 
-class Refused(StrEnum):
-    """Why a connection was refused."""
-
-    GUESS = "guess"
-    """An unknown device, or a token that was never this device's: counts towards HA's IP ban."""
-    EARLIER = "earlier_token"
-    """A token this device had before the user regenerated it or deleted the device: not a guess."""
-    NO_TOKEN = "no_token"
-    """No token at all: nothing was guessed (a client not paired yet)."""
-    PENDING = "pending"
-    """The token handed out with a code that has not been typed yet: not a guess."""
-    CAPPED = "capped"
-    """A new device without a code past the hour's number of them (the hub option): not a guess."""
+def hub_store(hass: HomeAssistant, entry_id: str) -> Store[dict[str, Any]]:
+    """Where the hub ``entry_id`` keeps its devices' reports, settings and firmware facts."""
+    return Store(hass, STORAGE_VERSION, f"{DOMAIN}.{entry_id}")
 
 
 class XiaozhiHub:
@@ -97,10 +83,11 @@ class XiaozhiHub:
         self.firmware = FirmwareUpdates(hass, self)
         self.firmware.async_configure(dict(entry.options))
         self.stopping = False  # unloading, or Home Assistant stopping: no new connections
+        self.started = False  # devices loaded and running: from now on a shutdown saves what they have
         self.pairing = PairingManager(on_drop=self._async_schedule_abort)
         self._no_connections = asyncio.Event()
         self._no_connections.set()
-        self._store: Store[dict[str, Any]] = Store(hass, STORAGE_VERSION, f"{DOMAIN}.{entry.entry_id}")
+        self._store = hub_store(hass, entry.entry_id)
         self._cache: dict[str, Any] = {}  # by MAC: what was loaded, then the last cache that could be saved
         self._save_due: float | None = None
         self.identities = IdentityJournal(hass, entry.entry_id)
@@ -246,7 +233,7 @@ class XiaozhiHub:
             self._cache.pop(mac, None)
             _LOGGER.info("Device %s was removed", mac)
             if gone.connection is not None:
-                self.hass.async_create_task(gone.connection.async_close("device removed"))
+                self.entry.async_create_task(self.hass, gone.connection.async_close("device removed"))
             self._async_schedule_save()
         for mac, subentry in wanted.items():
             token = self._token_for(mac, subentry)
@@ -334,8 +321,6 @@ class XiaozhiHub:
 
     async def async_start_mqtt(self) -> None:
         """Listen for devices on MQTT+UDP as the options say (again after they changed)."""
-        from .mqtt import MqttEndpoint  # noqa: PLC0415 - mqtt.py builds on this module
-
         options = self.entry.options
         port = int(options.get(CONF_MQTT_PORT, DEFAULT_MQTT_PORT))
         udp_port = int(options.get(CONF_UDP_PORT, DEFAULT_UDP_PORT))
@@ -557,6 +542,7 @@ class XiaozhiHub:
     @callback
     def async_start(self) -> None:
         """Start the liveness sweep (one timer for every connection) and the firmware checks."""
+        self.started = True
         self.entry.async_on_unload(async_track_time_interval(self.hass, self._async_sweep, PING_INTERVAL))
 
         @callback
@@ -593,7 +579,7 @@ class XiaozhiHub:
                 await asyncio.sleep(spacing)
             if device.connection is not None:  # still connected
                 self.entry.async_create_background_task(
-                    self.hass, device.async_refresh(), f"xiaozhi_local refresh {device.mac}"
+                    self.hass, device.async_read_queries(), f"xiaozhi_local refresh {device.mac}"
                 )
 
     async def async_run_connection(self, connection: DeviceLink) -> None:
@@ -623,7 +609,8 @@ class XiaozhiHub:
             endpoint, self.mqtt = self.mqtt, None
             await endpoint.async_stop()
         await asyncio.gather(*(conn.async_close(reason, code) for conn in list(self.connections)))
-        await self._store.async_save(self._data_to_save())
+        if self.started:  # a setup that failed before its devices ran leaves the store as it was
+            await self._store.async_save(self._data_to_save())
         await self.identities.async_flush()
 
 

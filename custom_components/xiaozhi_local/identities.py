@@ -92,14 +92,16 @@ class Record:
         )
 
 
+def journal_store(hass: HomeAssistant, entry_id: str) -> Store[dict[str, Any]]:
+    """Where the hub ``entry_id`` keeps its journal (tokens: as private as HA's own auth store, 0600)."""
+    return Store(hass, STORAGE_VERSION, f"{DOMAIN}.{entry_id}.identities", private=True, atomic_writes=True)
+
+
 class IdentityJournal:
     """The records by MAC, saved at once (not on a delay) whenever one changes."""
 
     def __init__(self, hass: HomeAssistant, entry_id: str) -> None:
-        # Tokens: no more readable than Home Assistant keeps its own auth store (0600).
-        self._store: Store[dict[str, Any]] = Store(
-            hass, STORAGE_VERSION, f"{DOMAIN}.{entry_id}.identities", private=True, atomic_writes=True
-        )
+        self._store = journal_store(hass, entry_id)
         self.records: dict[str, Record] = {}
         self._changes = 0  # bumped by every change
         self._saved = 0  # the change count that is on disk

@@ -1,15 +1,38 @@
 """The lamp some boards drive (``self.lamp.*``)."""
 
+from dataclasses import dataclass
 from typing import Any
 
-from homeassistant.components.light import LightEntity
-from homeassistant.components.light.const import ColorMode
+from homeassistant.components.light import ColorMode, LightEntity, LightEntityDescription
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from .entity import XiaozhiValueEntity, async_setup_device_entities, rows_for
+from .entity import XiaozhiValueDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
-from .tool_map import LIGHTS, XiaozhiLightDescription
+from .tool_map import LAMP_STATE, as_bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class XiaozhiLightDescription(XiaozhiValueDescription, LightEntityDescription):
+    """An on/off light row: ``on_tool``/``off_tool`` take no arguments."""
+
+    on_tool: str
+    off_tool: str
+
+
+LIGHTS: tuple[XiaozhiLightDescription, ...] = (
+    XiaozhiLightDescription(
+        key="lamp",
+        translation_key="lamp",
+        tools=("self.lamp.turn_on", "self.lamp.turn_off", LAMP_STATE),
+        source=LAMP_STATE,
+        path=("power",),
+        convert=as_bool,
+        on_tool="self.lamp.turn_on",
+        off_tool="self.lamp.turn_off",
+    ),
+)
+
 
 PARALLEL_UPDATES = 1
 

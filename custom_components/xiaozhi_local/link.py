@@ -49,11 +49,11 @@ class DeviceLink(ABC):
     transport_name: str = ""
     """``websocket`` or ``mqtt`` (diagnostics, logs, the connection choice)."""
     audio_in_order: bool = True
-    conversation_is_connection: bool = True
-    """Whether the connection is one conversation (WebSocket: its hello opens it, its close ends it).
-    Over MQTT the link outlives them: each device hello opens one (conversation.py)."""
     """Whether audio comes in order with the messages (WebSocket). Over MQTT+UDP a datagram may
     overtake the ``listen start`` sent over MQTT: audio that arrives first may still be the turn's."""
+    conversation_is_connection: bool = True
+    """Whether the connection is one conversation (WebSocket: its hello opens it, its close ends it).
+    Over MQTT the link outlives them: each device hello opens one (conversations.py)."""
 
     def __init__(
         self, hass: HomeAssistant, device: XiaozhiDevice, client: ClientInfo, vision_url: str | None = None
@@ -126,7 +126,9 @@ class DeviceLink(ABC):
                 @callback
                 def close(_now: Any) -> None:
                     self._cancel_idle = None
-                    self.hass.async_create_task(self.async_close(reason))  # if it did not close itself
+                    self.device.async_create_task(
+                        self.async_close(reason), f"xiaozhi_local close {self.device.mac}"
+                    )  # if it did not
 
                 self.touch()
                 self._cancel_idle = async_call_later(self.hass, RESTART_CLOSE, close)  # ends with the link
@@ -151,7 +153,7 @@ class DeviceLink(ABC):
         def idle(_now: Any) -> None:
             self._cancel_idle = None
             _LOGGER.debug("Device %s idle for %s s; ending its conversation", self.device.mac, seconds)
-            self.hass.async_create_task(self.async_end_conversation("idle"))
+            self.device.async_create_task(self.async_end_conversation("idle"), f"xiaozhi_local idle {self.device.mac}")
 
         self._cancel_idle = async_call_later(self.hass, seconds, idle)
 
@@ -191,8 +193,8 @@ class DeviceLink(ABC):
         if self.conversation_is_connection:
             self.device.async_open_conversation(self)
         if hello.supports_mcp:
-            self._discovery = self.hass.async_create_background_task(
-                self._async_discover(), f"xiaozhi_local discovery {self.device.mac}"
+            self._discovery = self.device.async_create_task(
+                self._async_discover(), f"xiaozhi_local discovery {self.device.mac}", background=True
             )
         else:
             self.device.async_set_discovery(self.device.server_info, [])
@@ -245,7 +247,7 @@ class DeviceLink(ABC):
             self.log.report("relist_failed", f"could not list its tools again: {err}")
             return
         self.device.async_set_discovery(self.session.mcp.server_info, tools)
-        await self.device.async_refresh()
+        await self.device.async_read_queries()
 
     def on_register(self, registration: Registration) -> None:
         """A registerTools client announced its tools: they are the device's tools from now on."""
@@ -261,8 +263,8 @@ class DeviceLink(ABC):
         self.device.async_set_discovery(self.session.mcp.server_info, registration.remote)
         self.discovered.set()
         self.settled.clear()
-        self._discovery = self.hass.async_create_background_task(
-            self._async_settle(), f"xiaozhi_local settle {self.device.mac}"
+        self._discovery = self.device.async_create_task(
+            self._async_settle(), f"xiaozhi_local settle {self.device.mac}", background=True
         )
 
     async def _async_settle(self) -> None:
@@ -299,7 +301,9 @@ class DeviceLink(ABC):
         )
         self.device.async_notification(method, params)
         if method == "notifications/tools/list_changed" and self.discovered.is_set():
-            self.hass.async_create_background_task(self._async_relist(), f"xiaozhi_local relist {self.device.mac}")
+            self.device.async_create_task(
+                self._async_relist(), f"xiaozhi_local relist {self.device.mac}", background=True
+            )
 
     @property
     def listen_mode(self) -> str | None:

@@ -15,7 +15,6 @@ from homeassistant.components import tts
 from homeassistant.components.ffmpeg import get_ffmpeg_manager
 from homeassistant.const import EVENT_HOMEASSISTANT_CLOSE
 from homeassistant.core import Event, HomeAssistant
-from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers.network import NoURLAvailableError, get_url
 from homeassistant.util.hass_dict import HassKey
 
@@ -41,7 +40,7 @@ async def tts_pcm(hass: HomeAssistant, token: str) -> AsyncGenerator[bytes]:
     """
     stream = tts.async_get_stream(hass, token)
     if stream is None:
-        raise HomeAssistantError(f"TTS stream {token} not found")
+        raise MediaUnreadable(f"the text-to-speech stream {token} is gone")
     async for pcm in wav_pcm(stream.async_stream_result(), audio_executor(hass)):
         yield pcm
 
@@ -123,8 +122,13 @@ _SIGNED: Final = re.compile(r"([?&]authSig=)[^&\s'\"]+")
 """A signed path's signature (valid for a day without a login): never in an error or a log line."""
 
 
-class MediaUnreadable(HomeAssistantError):
-    """ffmpeg could not read the media (what it said is the message)."""
+class MediaUnreadable(Exception):
+    """The media cannot be played.
+
+    ffmpeg could not read it (what it said is the message), it is not an http(s) URL, or its
+    text-to-speech stream is gone. Never reaches the user as it is: the entity that plays it
+    raises a translated error with the reason.
+    """
 
 
 def full_url(hass: HomeAssistant, media: str) -> str:

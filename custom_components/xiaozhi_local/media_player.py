@@ -15,25 +15,27 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from homeassistant.components import media_source
-from homeassistant.components.media_player import MediaPlayerEntity, MediaPlayerEntityDescription
-from homeassistant.components.media_player.browse_media import BrowseMedia, async_process_play_media_url
-from homeassistant.components.media_player.const import (
+from homeassistant.components.media_player import (
     ATTR_MEDIA_ANNOUNCE,
     ATTR_MEDIA_EXTRA,
+    BrowseMedia,
     MediaPlayerDeviceClass,
+    MediaPlayerEntity,
+    MediaPlayerEntityDescription,
     MediaPlayerEntityFeature,
     MediaPlayerState,
     MediaType,
+    async_process_play_media_url,
 )
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from . import speaker
 from .device import VoiceHandler, XiaozhiDevice, translated_error
-from .entity import WAITING_FOR_DEVICE, XiaozhiEntity, async_setup_device_entities
+from .entity import WAITING_FOR_DEVICE, XiaozhiEntity, async_setup_device_entities, reported
 from .hub import XiaozhiConfigEntry
 from .media import MediaUnreadable
-from .tool_map import NUMBERS, reported
+from .number import NUMBERS
 
 PARALLEL_UPDATES = 0
 
@@ -142,7 +144,7 @@ class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
         value = round(max(0.0, min(1.0, volume)) * 100)
         await self.device.async_set(VOLUME.key, VOLUME.setter, {VOLUME.argument: value}, value)
 
-    async def async_play_media(self, media_type: str, media_id: str, **kwargs: Any) -> None:
+    async def async_play_media(self, media_type: MediaType | str, media_id: str, **kwargs: Any) -> None:
         """Play a media-source item or a plain http(s) URL (Music Assistant hands over streams so)."""
         voice = self._voice
         if not self.device.connected:

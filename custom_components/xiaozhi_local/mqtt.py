@@ -3,9 +3,13 @@
 A stock device given ``mqtt`` at its OTA check connects here at boot and stays connected:
 its tools are callable, its settings applied and its status read while it is idle. It
 publishes every JSON message and never subscribes, so this endpoint is no broker: each
-authenticated client is one device link, and what is published to it is simply written to its
-socket. Audio flows over UDP, encrypted, only while a conversation is open (the device's hello
-opens one, ``goodbye`` closes it). See docs/protocol.md §3.
+authenticated client is one device link (``mqtt_link.py``), and what is published to it is
+simply written to its socket. Audio flows over UDP, encrypted, only while a conversation is open
+(the device's hello opens one, ``goodbye`` closes it): this module owns the socket and routes
+each datagram to its link by the session tag. See docs/protocol.md §3.
+
+This module is the door: the listener, the CONNECT, the bounds on connections that never log in
+(per source and in total) and the slowing of wrong guesses.
 
 Credentials are the device's own: user name its MAC, password its token (handed out only to
 the paired device, bound to its identity, see ota.py), so "Regenerate token" also ends an MQTT
@@ -16,22 +20,20 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import secrets
 from typing import Any, Final
 
-from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
-from homeassistant.helpers.event import async_call_later
+from homeassistant.core import HomeAssistant, callback
 
+from .auth import DeviceGate, Refused
 from .const import MQTT_PUBLISH_TOPIC, mqtt_topic
 from .device import XiaozhiDevice
-from .hub import Refused, XiaozhiHub
 from .limits import SlidingWindow, Strikes
-from .link import ClientInfo, DeviceLink
+from .link import ClientInfo
+from .mqtt_link import READ_SIZE, WRITE_TIMEOUT, MqttLink
 from .protocol import mqtt as codec
 from .protocol.logs import OnceLogger
-from .protocol.messages import ClientHello, ControlMessage, normalize_mac, server_hello
-from .protocol.udp import AudioChannel, AudioPeer, UdpError, ssrc_of
-from .repairs import async_udp_arrived, async_udp_blocked
+from .protocol.messages import normalize_mac
+from .protocol.udp import ssrc_of
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -47,10 +49,6 @@ MAX_UNAUTHENTICATED_PER_ADDRESS: Final = 128
 Devices connect at once after a power cut, each from its own address. Past it the source's oldest
 silent connection gives way to the new one: devices behind the same NAT or in the same /64 as a
 flooding host still get in."""
-MAX_WRITE_BUFFER: Final = 256 * 1024
-"""Bytes queued for a device that does not read before its link is dropped."""
-WRITE_TIMEOUT: Final = 2.0
-"""Seconds a write may wait for a device to read."""
 FAILED_LOGINS: Final = 5
 """Wrong credentials from one address before its further wrong ones are answered slowly, for
 ``LOCKOUT`` s. Right credentials are never refused: the neighbours behind the same NAT guess."""
@@ -62,15 +60,6 @@ GUESS_DELAY: Final = 0.5
 MAX_GUESS_DELAY: Final = 10.0
 DEFAULT_KEEPALIVE: Final = 240
 """The firmware's keepalive (NVS ``mqtt/keepalive``); we hand it out explicitly."""
-MAX_KEEPALIVE: Final = 300
-"""The longest keepalive honoured: a client asking for none (0) or for hours gets this one, so a
-silent link still ends (1.5 times it without a packet)."""
-UNANSWERED_LIMIT: Final = 3
-"""Requests in a row a device may leave unanswered before its link is closed: one that keeps
-pinging but no longer reads what is sent to it would hold every call for its full timeout."""
-READ_SIZE: Final = 16384
-UDP_DEADLINE: Final = 10.0
-"""Seconds after ``listen start`` within which a device's first audio datagram must arrive."""
 
 
 def source_of(address: str) -> str:
@@ -86,273 +75,6 @@ def source_of(address: str) -> str:
     return address
 
 
-class MqttLink(DeviceLink):
-    """One device connected over MQTT, with its UDP audio channel while a conversation is open."""
-
-    transport_name = "mqtt"
-    audio_in_order = False  # UDP beside MQTT
-    conversation_is_connection = False  # each hello opens one, goodbye ends it
-
-    def __init__(
-        self,
-        hass: HomeAssistant,
-        endpoint: MqttEndpoint,
-        device: XiaozhiDevice,
-        client: ClientInfo,
-        *,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        decoder: codec.PacketDecoder,
-        keepalive: int,
-        vision_url: str | None,
-    ) -> None:
-        self.endpoint = endpoint
-        self.reader = reader
-        self.writer = writer
-        self.decoder = decoder
-        self.keepalive = keepalive
-        self.topic = mqtt_topic(device.mac)
-        self.audio: AudioPeer | None = None  # the conversation's UDP channel and where its audio goes
-        self.closing = False
-        self._cancel_udp_check: CALLBACK_TYPE | None = None
-        super().__init__(hass, device, client, vision_url)
-        self.session.hello_reply = self._hello_reply
-
-    # -- the link ------------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        """The device is in from its CONNECT: discovery starts now, then packets until it leaves."""
-        try:
-            await self.session.start_without_hello()
-            # The firmware pings every keepalive seconds; 1.5 times that without a packet is a dead link.
-            # Keepalive 0 ("none") or an absurd one is not honoured: a silent link would stay forever.
-            keepalive = self.keepalive if 0 < self.keepalive <= MAX_KEEPALIVE else MAX_KEEPALIVE
-            timeout = keepalive * 1.5
-            data = b""  # first what came with the CONNECT (a client may send on before the CONNACK)
-            while not self.closing:
-                for packet in self.decoder.feed(data):
-                    if not await self._async_handle(packet):
-                        return
-                async with asyncio.timeout(timeout):
-                    data = await self.reader.read(READ_SIZE)
-                if not data:
-                    return
-        except TimeoutError:
-            _LOGGER.info("Device %s sent nothing within its keepalive; closing its MQTT link", self.device.mac)
-        except codec.MqttError as err:
-            self.log.report(f"mqtt_{err.kind}", f"closed its MQTT link: {err.detail}")
-        except (ConnectionError, RuntimeError) as err:
-            _LOGGER.debug("Device %s: MQTT link lost: %s", self.device.mac, err)
-        finally:
-            self._close_channel()
-            self._cleanup()
-            self.writer.close()
-            self.endpoint.links.discard(self)
-
-    async def _async_handle(self, packet: codec.Packet) -> bool:
-        """One packet from the device; False ends the link."""
-        kind = packet.type
-        if kind == codec.PacketType.PUBLISH:
-            publish = codec.parse_publish(packet)
-            if publish.qos == 1 and publish.packet_id is not None:
-                await self._async_write(codec.acknowledge(codec.PacketType.PUBACK, publish.packet_id))
-            elif publish.qos == 2 and publish.packet_id is not None:
-                await self._async_write(codec.acknowledge(codec.PacketType.PUBREC, publish.packet_id))
-            try:
-                text = publish.payload.decode()
-            except UnicodeDecodeError:
-                self.log.report("not_text", "dropped an MQTT message that is not UTF-8")
-                return True
-            await self.session.handle_text(text)
-        elif kind == codec.PacketType.PINGREQ:
-            await self._async_write(codec.PINGRESP)
-        elif kind == codec.PacketType.SUBSCRIBE:  # py-xiaozhi subscribes; delivery needs none
-            packet_id, topics = codec.parse_subscribe(packet.body)
-            await self._async_write(codec.suback(packet_id, [qos for _topic, qos in topics]))
-        elif kind == codec.PacketType.UNSUBSCRIBE:
-            await self._async_write(codec.acknowledge(codec.PacketType.UNSUBACK, codec.parse_packet_id(packet.body)))
-        elif kind == codec.PacketType.PUBREL:
-            await self._async_write(codec.acknowledge(codec.PacketType.PUBCOMP, codec.parse_packet_id(packet.body)))
-        elif kind == codec.PacketType.DISCONNECT:
-            return False
-        elif kind in (codec.PacketType.PUBACK, codec.PacketType.PUBREC, codec.PacketType.PUBCOMP):
-            pass  # we publish with QoS 0 only: nothing to acknowledge
-        else:  # a second CONNECT, or a packet only servers send
-            raise codec.MqttError("unexpected", f"packet type {kind} from a connected client")
-        return True
-
-    async def _async_write(self, data: bytes) -> None:
-        """Write, bounded: a device that stops reading is dropped instead of filling memory."""
-        if self.closing or self.writer.is_closing():
-            raise ConnectionError("the MQTT link is closed")
-        self.writer.write(data)
-        drained = self.writer.transport.get_write_buffer_size() <= MAX_WRITE_BUFFER
-        if drained:
-            try:
-                async with asyncio.timeout(WRITE_TIMEOUT):
-                    await self.writer.drain()
-            except TimeoutError:
-                drained = False
-        if not drained:
-            _LOGGER.info("Device %s does not read what is sent to it; dropping its MQTT link", self.device.mac)
-            self.writer.transport.abort()
-            raise ConnectionError("the device does not read")
-
-    async def _async_send_text(self, text: str) -> None:
-        await self._async_write(codec.publish(self.topic, text.encode()))
-
-    async def async_close(self, reason: str, code: int = 1000) -> None:
-        """MQTT 3.1.1 has no server DISCONNECT: the socket is closed (the device reconnects in 60 s)."""
-        _LOGGER.debug("Closing the MQTT link of %s: %s", self.device.mac, reason)
-        self.closing = True
-        self.session.close(reason)
-        self.writer.close()
-        try:
-            async with asyncio.timeout(WRITE_TIMEOUT):
-                await self.writer.wait_closed()
-        except TimeoutError:
-            self.writer.transport.abort()
-        except ConnectionError, RuntimeError:
-            pass
-
-    @callback
-    def async_check_alive(self, missed_allowed: int) -> None:
-        """The keepalive deadline in ``run`` watches that packets come; this, that the device reads.
-
-        MQTT has no server ping. A device that pings but answers none of our last requests has
-        stopped reading (or its firmware hangs): its link is closed, as an unanswered WebSocket
-        ping closes a connection.
-        """
-        if self.session.mcp.unanswered_in_a_row >= UNANSWERED_LIMIT and not self.closing:
-            _LOGGER.info(
-                "Device %s answered none of its last %d requests; closing its MQTT link",
-                self.device.mac,
-                UNANSWERED_LIMIT,
-            )
-            self.hass.async_create_task(self.async_close("answers no request"), eager_start=True)
-
-    # -- the audio channel ---------------------------------------------------------------------
-
-    @property
-    def audio_open(self) -> bool:
-        """Audio reaches the device only through a channel it opened and proved (a datagram)."""
-        return self.channel is not None and self.peer is not None
-
-    def _hello_reply(self, hello: ClientHello) -> dict[str, Any]:
-        """A device hello opens a conversation: new keys, a new session id, the UDP address."""
-        self._close_channel()
-        channel = AudioChannel(frame_ms=hello.audio_params.frame_duration)
-        while channel.ssrc in self.endpoint.channels:  # the tag routes datagrams: unique
-            channel = AudioChannel(frame_ms=hello.audio_params.frame_duration)
-        self.audio = AudioPeer(channel)
-        self.endpoint.channels[channel.ssrc] = self
-        self.session.session_id = secrets.token_hex(8)
-        reply = server_hello(self.session.session_id, self.session.sample_rate)
-        reply["transport"] = "udp"
-        reply["udp"] = channel.hello_fields(self.endpoint.udp_host(self.writer), self.endpoint.udp_port)
-        self.device.async_open_conversation(self)  # a new one: nothing of the last (its silence) carries over
-        return reply
-
-    def _close_channel(self) -> None:
-        if self._cancel_udp_check is not None:
-            self._cancel_udp_check()
-            self._cancel_udp_check = None
-        if self.audio is None:
-            return
-        if self.endpoint.channels.get(self.audio.channel.ssrc) is self:
-            del self.endpoint.channels[self.audio.channel.ssrc]
-        self.audio = None
-        self.device.async_end_conversation(self)
-        self.device.async_link_changed()
-
-    @property
-    def channel(self) -> AudioChannel | None:
-        """The open conversation's keys and counters."""
-        return self.audio.channel if self.audio is not None else None
-
-    @property
-    def peer(self) -> tuple[str, int] | None:
-        """Where the channel's audio goes: an address that proved the session (``AudioPeer``)."""
-        return self.audio.address if self.audio is not None else None
-
-    def on_datagram(self, data: bytes, addr: tuple[str, int]) -> None:
-        """An uplink datagram naming this link's channel: audio only if it proves the session."""
-        audio = self.audio
-        if audio is None:
-            return
-        was = audio.address
-        try:
-            packets = audio.receive(data, addr)
-        except UdpError as err:
-            self.log.report(f"udp_{err.kind}", f"dropped a datagram from {addr[0]}: {err.detail}")
-            return
-        if audio.address != was:
-            if was is None and self.endpoint.udp_blocked:
-                self.endpoint.udp_blocked = False
-                async_udp_arrived(self.hass)
-            if was is not None:
-                _LOGGER.debug("Device %s now sends audio from %s", self.device.mac, addr)
-            self.device.async_link_changed()
-        for packet in packets:
-            self.audio_frames += 1
-            self._deliver_audio(packet)
-
-    async def async_send_audio(self, packet: bytes, timestamp: int = 0) -> bool:
-        """One Opus packet over UDP; False while no proved channel is open."""
-        channel, peer = self.channel, self.peer
-        if channel is None or peer is None or self.closing:
-            return False
-        try:
-            datagram = channel.seal(packet, timestamp)
-        except UdpError as err:
-            self.log.report(f"udp_{err.kind}", err.detail)
-            return False
-        return self.endpoint.send_datagram(datagram, peer)
-
-    def on_control(self, message: ControlMessage) -> None:
-        """``goodbye`` ends the conversation (the link stays); the rest goes to the satellite."""
-        if message.type == "listen" and message.data.get("state") == "start":
-            if self.audio is not None:
-                self.audio.new_turn()
-            self._expect_audio()
-        if message.type == "goodbye":
-            self._close_channel()
-            if (voice := self.device.voice) is not None:
-                voice.on_disconnect(self)
-            return
-        super().on_control(message)
-
-    @callback
-    def _expect_audio(self) -> None:
-        """The device streams its microphone now: its first datagram should arrive soon."""
-        if self.peer is not None or self._cancel_udp_check is not None or self.channel is None:
-            return
-
-        @callback
-        def check(_now: Any) -> None:
-            self._cancel_udp_check = None
-            if self.channel is not None and self.peer is None and not self.closing:
-                _LOGGER.warning(
-                    "Device %s talks, but none of its audio reached UDP port %s: a firewall, or Docker "
-                    "without host networking, blocks it",
-                    self.device.mac,
-                    self.endpoint.udp_port,
-                )
-                self.endpoint.udp_blocked = True
-                async_udp_blocked(self.hass, self.device.name, self.endpoint.udp_port)
-
-        self._cancel_udp_check = async_call_later(self.hass, UDP_DEADLINE, check)
-
-    async def async_end_conversation(self, reason: str) -> None:
-        """``goodbye``: the device closes its audio channel and goes idle; the link stays."""
-        if self.channel is None:
-            return
-        _LOGGER.debug("Ending the conversation of %s: %s", self.device.mac, reason)
-        session_id = self.session.session_id
-        self._close_channel()
-        await self.async_send_json({"type": "goodbye", "session_id": session_id})
-
-
 class _UdpProtocol(asyncio.DatagramProtocol):
     def __init__(self, endpoint: MqttEndpoint) -> None:
         self.endpoint = endpoint
@@ -365,11 +87,11 @@ class _UdpProtocol(asyncio.DatagramProtocol):
 
 
 class MqttEndpoint:
-    """The MQTT listener and the UDP audio socket of the hub."""
+    """The MQTT listener and the UDP audio socket; devices are let in through the hub's ``gate``."""
 
-    def __init__(self, hass: HomeAssistant, hub: XiaozhiHub, port: int, udp_port: int, host: str | None) -> None:
+    def __init__(self, hass: HomeAssistant, gate: DeviceGate, port: int, udp_port: int, host: str | None) -> None:
         self.hass = hass
-        self.hub = hub
+        self.gate = gate
         self.port = port
         self.udp_port = udp_port
         self.host = host
@@ -446,7 +168,7 @@ class MqttEndpoint:
                 return str(ip.ipv4_mapped)
             if isinstance(ip, ipaddress.IPv4Address):
                 return address
-        return self.hub.device_host()
+        return self.gate.device_host()
 
     def send_datagram(self, data: bytes, addr: tuple[str, int]) -> bool:
         """One datagram out (never blocks; False when the socket is gone)."""
@@ -540,7 +262,7 @@ class MqttEndpoint:
         peer = writer.get_extra_info("peername")
         address = str(peer[0]) if peer else ""
         source = source_of(address)
-        if self.hub.stopping or not self._room_in_source(source) or not self._make_room(source):
+        if self.gate.stopping or not self._room_in_source(source) or not self._make_room(source):
             self.log.report("mqtt_flood", f"too many connections without a CONNECT (from {address}); closing new ones")
             writer.transport.abort()
             return
@@ -560,7 +282,7 @@ class MqttEndpoint:
             writer.close()
             return
         self.links.add(link)
-        await self.hub.async_run_connection(link)
+        await self.gate.async_run_connection(link)
 
     async def _async_handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str
@@ -605,7 +327,7 @@ class MqttEndpoint:
         client = ClientInfo(
             client_id=device.identity.client_id or connect.client_id[:64], protocol_version=3, address=address or None
         )
-        vision = self.hub.vision_url()
+        vision = self.gate.vision_url()
         return MqttLink(
             self.hass,
             self,
@@ -625,7 +347,7 @@ class MqttEndpoint:
         address did. Wrong ones are counted, and answered more slowly the more there are.
         """
         mac = normalize_mac(connect.username or "")
-        result = self.hub.async_authenticate(mac, connect.password or "") if mac else Refused.GUESS
+        result = self.gate.async_authenticate(mac, connect.password or "") if mac else Refused.GUESS
         if isinstance(result, XiaozhiDevice):
             if result.open:  # paired without a token (load testers): not over MQTT
                 return codec.ConnectCode.NOT_AUTHORIZED, 0.0

@@ -1,12 +1,55 @@
 """Numbers: volume, screen brightness."""
 
-from homeassistant.components.number import NumberEntity
+from dataclasses import dataclass
+
+from homeassistant.components.number import NumberEntity, NumberEntityDescription, NumberMode
+from homeassistant.const import PERCENTAGE, EntityCategory
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from .entity import XiaozhiValueEntity, async_setup_device_entities, rows_for
+from .entity import XiaozhiSettingDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
-from .tool_map import NUMBERS, XiaozhiNumberDescription
+from .tool_map import VOLUME_QUERY, as_int
+
+
+@dataclass(frozen=True, kw_only=True)
+class XiaozhiNumberDescription(XiaozhiSettingDescription, NumberEntityDescription):
+    """A number row."""
+
+
+NUMBERS: tuple[XiaozhiNumberDescription, ...] = (
+    XiaozhiNumberDescription(
+        key="volume",
+        translation_key="volume",
+        tools=("self.audio_speaker.set_volume",),
+        path=("audio_speaker", "volume"),
+        also_from=((VOLUME_QUERY, ()),),
+        convert=as_int,
+        setter="self.audio_speaker.set_volume",
+        argument="volume",
+        native_min_value=0,
+        native_max_value=100,
+        native_step=1,
+        native_unit_of_measurement=PERCENTAGE,
+        mode=NumberMode.SLIDER,
+    ),
+    XiaozhiNumberDescription(
+        key="screen_brightness",
+        translation_key="screen_brightness",
+        tools=("self.screen.set_brightness",),
+        path=("screen", "brightness"),
+        convert=as_int,
+        setter="self.screen.set_brightness",
+        argument="brightness",
+        native_min_value=0,
+        native_max_value=100,
+        native_step=1,
+        native_unit_of_measurement=PERCENTAGE,
+        mode=NumberMode.SLIDER,
+        entity_category=EntityCategory.CONFIG,
+    ),
+)
+
 
 PARALLEL_UPDATES = 1
 

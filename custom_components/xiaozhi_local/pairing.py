@@ -20,7 +20,9 @@ import secrets
 import time
 from typing import Any, Final
 
-from .const import CONF_CLIENT_ID, CONF_SERIAL
+from homeassistant.const import CONF_CLIENT_ID
+
+from .const import CONF_SERIAL
 from .protocol.firmware import update_slot_size
 
 MAX_PENDING: Final = 64

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from aiohttp import WSMsgType, web
 from homeassistant.components import tts
-from homeassistant.components.assist_pipeline.pipeline import async_get_pipeline
+from homeassistant.components.assist_pipeline import async_get_pipeline
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.util.hass_dict import HassKey
@@ -171,8 +171,8 @@ async def _keeping(
         async for pcm in source:
             made += pcm
             yield pcm
-    while len(sessions.spoken) >= MAX_SPOKEN:
-        del sessions.spoken[next(iter(sessions.spoken))]
+    for oldest in list(sessions.spoken)[: len(sessions.spoken) - MAX_SPOKEN + 1]:
+        del sessions.spoken[oldest]
     sessions.spoken[key] = bytes(made)
 
 

@@ -1,6 +1,7 @@
 """Selects: screen theme, the assistant, finished-speaking detection, and how the device connects."""
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from homeassistant.components.assist_pipeline import AssistPipelineSelect, VadSensitivitySelect
 from homeassistant.components.select import SelectEntity, SelectEntityDescription
@@ -12,9 +13,30 @@ from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .const import CONF_TRANSPORT, DOMAIN, TRANSPORT_HUB, TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
 from .device import XiaozhiDevice
-from .entity import XiaozhiEntity, XiaozhiValueEntity, async_setup_device_entities, rows_for
+from .entity import XiaozhiEntity, XiaozhiSettingDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
-from .tool_map import SELECTS, XiaozhiSelectDescription
+from .tool_map import THEMES, as_option
+
+
+@dataclass(frozen=True, kw_only=True)
+class XiaozhiSelectDescription(XiaozhiSettingDescription, SelectEntityDescription):
+    """A select row."""
+
+
+SELECTS: tuple[XiaozhiSelectDescription, ...] = (
+    XiaozhiSelectDescription(
+        key="theme",
+        translation_key="theme",
+        tools=("self.screen.set_theme",),
+        path=("screen", "theme"),
+        convert=as_option(THEMES),
+        setter="self.screen.set_theme",
+        argument="theme",
+        options=THEMES,
+        entity_category=EntityCategory.CONFIG,
+    ),
+)
+
 
 PARALLEL_UPDATES = 1
 

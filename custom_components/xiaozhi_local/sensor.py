@@ -5,19 +5,92 @@ Transport sensor says whether it is on MQTT+UDP or WebSocket, and whether a chan
 """
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from dataclasses import dataclass
 
-from homeassistant.components.sensor import SensorDeviceClass, SensorEntity, SensorEntityDescription
-from homeassistant.const import EntityCategory
+from homeassistant.components.sensor import SensorDeviceClass, SensorEntity, SensorEntityDescription, SensorStateClass
+from homeassistant.const import PERCENTAGE, EntityCategory, UnitOfTemperature
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
+from homeassistant.helpers.typing import StateType
 
 from . import transport
 from .device import XiaozhiDevice
-from .entity import XiaozhiEntity, XiaozhiValueEntity, async_setup_device_entities, rows_for
+from .entity import XiaozhiEntity, XiaozhiValueDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry, XiaozhiHub
-from .tool_map import SENSORS, XiaozhiSensorDescription
+from .tool_map import NETWORK_TYPES, SIGNALS, STATUS, as_float, as_int, as_option, as_text
+
+
+@dataclass(frozen=True, kw_only=True)
+class XiaozhiSensorDescription(XiaozhiValueDescription, SensorEntityDescription):
+    """A sensor row."""
+
+
+SENSORS: tuple[XiaozhiSensorDescription, ...] = (
+    XiaozhiSensorDescription(
+        key="battery",
+        tools=(STATUS,),
+        path=("battery", "level"),
+        convert=as_int,
+        device_class=SensorDeviceClass.BATTERY,
+        state_class=SensorStateClass.MEASUREMENT,
+        native_unit_of_measurement=PERCENTAGE,
+        only_when_reported=True,
+    ),
+    XiaozhiSensorDescription(
+        key="network_type",
+        translation_key="network_type",
+        tools=(STATUS,),
+        path=("network", "type"),
+        convert=as_option(NETWORK_TYPES),
+        device_class=SensorDeviceClass.ENUM,
+        options=NETWORK_TYPES,
+        entity_category=EntityCategory.DIAGNOSTIC,
+    ),
+    XiaozhiSensorDescription(
+        key="signal",
+        translation_key="signal",
+        tools=(STATUS,),
+        path=("network", "signal"),
+        convert=as_option(SIGNALS),
+        device_class=SensorDeviceClass.ENUM,
+        options=SIGNALS,
+        entity_category=EntityCategory.DIAGNOSTIC,
+        only_when_reported=True,
+    ),
+    XiaozhiSensorDescription(
+        key="ssid",
+        translation_key="ssid",
+        tools=(STATUS,),
+        path=("network", "ssid"),
+        convert=as_text,
+        entity_category=EntityCategory.DIAGNOSTIC,
+        entity_registry_enabled_default=False,
+        only_when_reported=True,
+    ),
+    XiaozhiSensorDescription(
+        key="carrier",
+        translation_key="carrier",
+        tools=(STATUS,),
+        path=("network", "carrier"),
+        convert=as_text,
+        entity_category=EntityCategory.DIAGNOSTIC,
+        only_when_reported=True,
+    ),
+    XiaozhiSensorDescription(
+        key="chip_temperature",
+        translation_key="chip_temperature",
+        tools=(STATUS,),
+        path=("chip", "temperature"),
+        convert=as_float,
+        device_class=SensorDeviceClass.TEMPERATURE,
+        state_class=SensorStateClass.MEASUREMENT,
+        native_unit_of_measurement=UnitOfTemperature.CELSIUS,
+        entity_category=EntityCategory.DIAGNOSTIC,
+        only_when_reported=True,
+    ),
+)
+
 
 TRANSPORT = SensorEntityDescription(
     key="transport_state",
@@ -49,9 +122,10 @@ class XiaozhiSensor(XiaozhiValueEntity, SensorEntity):
     entity_description: XiaozhiSensorDescription
 
     @property
-    def native_value(self) -> Any:
-        """The last reported value (kept across disconnects and restarts)."""
-        return self.reported_value
+    def native_value(self) -> StateType:
+        """The last reported value (kept across disconnects and restarts), as a state can hold it."""
+        value = self.reported_value
+        return value if value is None or isinstance(value, str | int | float) else str(value)
 
 
 class XiaozhiTransportSensor(XiaozhiEntity, SensorEntity):

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from homeassistant.const import ATTR_DEVICE_ID
 from homeassistant.core import HomeAssistant, ServiceCall, ServiceResponse, SupportsResponse, callback
 from homeassistant.exceptions import ServiceValidationError
 from homeassistant.helpers import config_validation as cv
@@ -9,7 +10,6 @@ import probatio as vol
 
 from .const import (
     ATTR_ARGUMENTS,
-    ATTR_DEVICE_ID,
     ATTR_RETURN_ERRORS,
     ATTR_TIMEOUT,
     ATTR_TOOL,

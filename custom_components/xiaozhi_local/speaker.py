@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 import contextlib
 import logging
+import math
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from homeassistant.components.assist_satellite import AssistSatelliteAnnouncement
@@ -22,9 +23,9 @@ from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 
 from .device import translated_error
+from .idle_media import Announcement, PcmSource
 from .link import DeviceLink
 from .media import MediaUnreadable, audio_executor, downlink_encoder, ffmpeg_pcm, full_url, tts_pcm
-from .notify import Announcement, PcmSource
 from .protocol import voice
 from .protocol.pacing import Pacer
 from .protocol.pcm import AudioError
@@ -56,7 +57,6 @@ class Named(Protocol):
     @property
     def mac(self) -> str:
         """Its MAC address."""
-        ...
 
 
 class SpeakerLink(Protocol):
@@ -65,19 +65,15 @@ class SpeakerLink(Protocol):
     @property
     def device(self) -> Named:
         """Whom it talks to."""
-        ...
 
     async def async_send_json(self, message: dict[str, Any]) -> bool:
         """One JSON message; False when the connection is gone."""
-        ...
 
     async def async_send_audio(self, packet: bytes, timestamp: int = 0) -> bool:
         """One Opus packet; False when the connection is gone."""
-        ...
 
     def touch(self) -> None:
         """Voice activity (the conversation goes on)."""
-        ...
 
 
 async def async_speak(
@@ -93,7 +89,7 @@ async def async_speak(
     shown = 0
     try:
         if source is None:
-            await _show_sentences(connection, text, shown, float("inf"))
+            await _show_sentences(connection, text, shown, math.inf)
             return
 
         async def send(packet: bytes, offset_ms: int) -> bool:
@@ -108,9 +104,9 @@ async def async_speak(
             )
             async for pcm in source:
                 await pacer.feed(pcm)
-            shown = await _show_sentences(connection, text, shown, float("inf"))
+            shown = await _show_sentences(connection, text, shown, math.inf)
             await pacer.finish()  # returns once the device has played it all
-    except (ConnectionError, AudioError, HomeAssistantError) as err:
+    except (ConnectionError, AudioError, MediaUnreadable, HomeAssistantError) as err:
         _LOGGER.warning("Device %s: speech stopped: %s", connection.device.mac, err)
     finally:
         if isinstance(source, AsyncGenerator):

@@ -58,8 +58,8 @@ class XiaozhiFirmwareUpdate(XiaozhiEntity, UpdateEntity):
         """Follow the device and its offers; look for firmware now."""
         await super().async_added_to_hass()
         self.async_on_remove(self.updates.async_add_listener(self.device.mac, self.async_write_ha_state))
-        self.hass.async_create_background_task(
-            self.updates.async_check(self.device), f"xiaozhi_local firmware check {self.device.mac}"
+        self.device.async_create_task(
+            self.updates.async_check(self.device), f"xiaozhi_local firmware check {self.device.mac}", background=True
         )
 
     @property

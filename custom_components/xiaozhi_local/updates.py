@@ -36,6 +36,7 @@ from aiohttp import web
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
+from homeassistant.util.hass_dict import HassKey
 
 from .const import (
     CONF_FIRMWARE_RELEASES,
@@ -75,6 +76,9 @@ if TYPE_CHECKING:
     from .hub import XiaozhiHub
 
 _LOGGER = logging.getLogger(__name__)
+
+DATA_FIRMWARE: HassKey[FirmwareUpdates] = HassKey(f"{DOMAIN}_firmware")
+"""The loaded hub's installs, for the download view (set while the hub is set up)."""
 
 UPGRADE_TOOL: Final = "self.upgrade_firmware"
 MIN_BATTERY: Final = 30
@@ -729,13 +733,10 @@ class XiaozhiFirmwareView(HomeAssistantView):
 
     async def get(self, request: web.Request, token: str) -> web.StreamResponse:
         """200 with a Content-Length (the firmware refuses a body without one), in chunks."""
-        from .hub import async_get_hub  # noqa: PLC0415 - hub imports this module
-
-        hub = async_get_hub(request.app[KEY_HASS])
-        job = hub.firmware.take(token, request.remote) if hub is not None else None
-        if hub is None or job is None:
+        updates = request.app[KEY_HASS].data.get(DATA_FIRMWARE)
+        job = updates.take(token, request.remote) if updates is not None else None
+        if updates is None or job is None:
             raise web.HTTPNotFound
-        updates = hub.firmware
         try:
             data = await updates.async_data(job)
         except OSError as err:

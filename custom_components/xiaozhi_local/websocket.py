@@ -124,9 +124,11 @@ class WebSocketLink(DeviceLink):
             self.missed_pings += 1
         if self.missed_pings >= missed_allowed:
             _LOGGER.info("Device %s stopped answering; closing its connection", self.device.mac)
-            self.hass.async_create_task(self.async_close("no answer to pings"), eager_start=True)
+            self.device.async_create_task(
+                self.async_close("no answer to pings"), f"xiaozhi_local close {self.device.mac}"
+            )
         elif not self.ws.closed:
-            self.hass.async_create_task(self._async_ping(), eager_start=True)
+            self.device.async_create_task(self._async_ping(), f"xiaozhi_local ping {self.device.mac}")
 
     async def _async_ping(self) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):

@@ -1,6 +1,7 @@
 """The simulator's MCP server follows the firmware's MCP server (docs/protocol.md §5) to the letter."""
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -185,7 +186,7 @@ async def test_user_only_tools_are_annotated() -> None:
     }
 
 
-def test_client_id_is_made_once_and_kept_in_flash(tmp_path: Any) -> None:
+def test_client_id_is_made_once_and_kept_in_flash(tmp_path: Path) -> None:
     """NVS ``board/uuid``: a new device makes its Client-Id once; every later boot sends the same."""
     flash = tmp_path / "nvs.json"
     first = device(nvs_path=str(flash))
@@ -214,7 +215,6 @@ def test_activation_v2_headers_and_hmac() -> None:
 
 def test_the_decode_queue_of_each_generation() -> None:
     """2.4 holds 40 packets (2.4 s), 2.5 holds 20 (1.2 s); a burst beyond that is dropped."""
-    from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
     for version, limit in (("2.4.2", 40), ("2.5.0", 20)):
         device = SimulatedDevice(SimulatorOptions(url="", firmware_version=version))

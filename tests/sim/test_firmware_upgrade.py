@@ -5,6 +5,7 @@ the device refuses it, so the integration's tests can trust what the simulator a
 """
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -144,7 +145,7 @@ async def test_the_tool_answers_only_after_a_failed_upgrade(server: TestServer) 
     assert device.device_state == "idle"
 
 
-async def test_a_successful_upgrade_runs_the_new_image_from_then_on(server: TestServer, tmp_path: Any) -> None:
+async def test_a_successful_upgrade_runs_the_new_image_from_then_on(server: TestServer, tmp_path: Path) -> None:
     nvs = str(tmp_path / "nvs.json")
     device = SimulatedDevice(SimulatorOptions(url="ws://unused", upgrade_delay=0, nvs_path=nvs))
     assert await device.upgrade(str(server.make_url("/image.bin")))

@@ -16,7 +16,6 @@ import threading
 from typing import Final
 
 import av
-import av.error
 
 from .pcm import PCM_RATE, AudioError, FrameResampler
 
@@ -41,7 +40,7 @@ class OpusDecoder:
             return b"".join(
                 bytes(out.planes[0])[: out.samples * 2] for frame in frames for out in self._resampler.resample(frame)
             )
-        except (av.error.FFmpegError, ValueError) as err:
+        except (av.FFmpegError, ValueError) as err:
             raise AudioError(f"undecodable Opus packet of {len(packet)} bytes: {err}") from None
 
 
@@ -170,7 +169,7 @@ class OpusEncoder:
         if self._buffer:
             packets += self._encode_chunk(bytes(self._buffer).ljust(self.frame_bytes, b"\0"))
             self._buffer.clear()
-        with contextlib.suppress(av.error.FFmpegError):  # already flushed
+        with contextlib.suppress(av.FFmpegError):  # already flushed
             packets += [bytes(p) for p in self._encoder.encode(None)]
         return packets
 
@@ -206,7 +205,7 @@ class OpusEncoder:
         self._pts += samples
         try:
             return [bytes(p) for p in self._encoder.encode(frame)]
-        except (av.error.FFmpegError, ValueError) as err:
+        except (av.FFmpegError, ValueError) as err:
             raise AudioError(f"cannot encode: {err}") from None
 
 

@@ -8,7 +8,6 @@ from fractions import Fraction
 from typing import Final
 
 import av
-import av.error
 from av.filter import Graph
 
 PCM_RATE: Final = 16000
@@ -44,7 +43,7 @@ class FrameResampler:
         while True:
             try:
                 pulled = self._graph.pull()
-            except av.error.BlockingIOError, av.error.EOFError:
+            except av.BlockingIOError, av.EOFError:
                 return out
             assert isinstance(pulled, av.AudioFrame)
             out.append(pulled)

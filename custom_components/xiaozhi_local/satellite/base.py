@@ -13,9 +13,10 @@ import contextlib
 import logging
 from typing import Any
 
-from homeassistant.components.assist_pipeline import PipelineEvent, PipelineEventType
-from homeassistant.components.assist_pipeline.pipeline import (
+from homeassistant.components.assist_pipeline import (
     Pipeline,
+    PipelineEvent,
+    PipelineEventType,
     async_get_pipeline,
 )
 from homeassistant.components.assist_satellite import (
@@ -48,7 +49,9 @@ from .runs import (
 _LOGGER = logging.getLogger(__package__)
 
 
-class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):
+# One concern of the satellite entity per module (each under the size a reader takes in at once);
+# the entity that platform setup creates, XiaozhiAssistSatellite, is in assist_satellite.py.
+class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=home-assistant-enforce-class-module
     """A device's voice in Assist: one exchange at a time, bound to the connection it started on."""
 
     def __init__(self, device: XiaozhiDevice, description: EntityDescription) -> None:
@@ -165,17 +168,22 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):
         what = " and ".join({"stt": "speech-to-text", "tts": "text-to-speech"}.get(m, m) for m in missing)
         self._send_to(run, voice.alert(f"The assistant {assistant} has no {what}. Set it up in Home Assistant."))
         self._end_run(run)
-        self.hass.async_create_task(run.connection.async_end_conversation(f"assistant {assistant} has no {what}"))
+        self.device.async_create_task(
+            run.connection.async_end_conversation(f"assistant {assistant} has no {what}"),
+            f"xiaozhi_local end {self.device.mac}",
+        )
 
     def _send_to(self, run: Run, message: dict[str, Any]) -> None:
         """In order: each send starts at once (eager), and the socket writes whole frames in order."""
-        self.hass.async_create_task(run.connection.async_send_json(message), eager_start=True)
+        self.device.async_create_task(run.connection.async_send_json(message), f"xiaozhi_local send {self.device.mac}")
 
     def _send_ai(self, run: Run, kind: str, content: str) -> None:
         """``mcp/ai/message`` for registerTools clients (the connection ignores it for others)."""
         connection = run.connection
         if connection.takes_ai_messages and content:
-            self.hass.async_create_task(connection.async_send_ai_message(kind, content), eager_start=True)
+            self.device.async_create_task(
+                connection.async_send_ai_message(kind, content), f"xiaozhi_local send {self.device.mac}"
+            )
 
     def _stream_reply(self, run: Run, delta: Any) -> None:
         """A chat log delta: the assistant's text as ``chunk``, its reasoning as ``thought``."""
@@ -259,7 +267,9 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):
         if code == "duplicate_wake_up_detected":
             # Another box in the room heard the same wake word and answers: end quietly.
             self._end_run(run)
-            self.hass.async_create_task(run.connection.async_end_conversation("another device answers"))
+            self.device.async_create_task(
+                run.connection.async_end_conversation("another device answers"), f"xiaozhi_local end {self.device.mac}"
+            )
         elif code in CANNOT_SERVE:
             pipeline = self._pipeline()
             # An engine not chosen, or chosen but gone (its provider missing, or refusing our format).

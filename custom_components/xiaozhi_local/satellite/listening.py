@@ -12,7 +12,7 @@ from functools import partial
 import logging
 from typing import Any
 
-from homeassistant.components.assist_pipeline.models import PipelineStage
+from homeassistant.components.assist_pipeline import PipelineStage
 from homeassistant.core import callback
 from homeassistant.helpers.event import async_call_later
 
@@ -41,7 +41,9 @@ from .text import TextMixin
 _LOGGER = logging.getLogger(__package__)
 
 
-class ListeningMixin(TextMixin):
+# One concern of the satellite entity per module (each under the size a reader takes in at once);
+# the entity that platform setup creates, XiaozhiAssistSatellite, is in assist_satellite.py.
+class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class-module
     """What the device's microphone and its listen messages do."""
 
     def _resolve_vad_sensitivity(self) -> float:
@@ -198,7 +200,9 @@ class ListeningMixin(TextMixin):
         if self._run is run and not turn.heard_speech:
             _LOGGER.debug("Device %s: no speech; ending the conversation", self.device.mac)
             self._end_run(run)
-            self.hass.async_create_task(run.connection.async_end_conversation("no speech"))
+            self.device.async_create_task(
+                run.connection.async_end_conversation("no speech"), f"xiaozhi_local end {self.device.mac}"
+            )
 
     @callback
     def _watch_gap(self, turn: Turn) -> None:

@@ -11,7 +11,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from homeassistant.components.assist_pipeline.pipeline import (
+from homeassistant.components.assist_pipeline import (
     Pipeline,
 )
 from homeassistant.core import CALLBACK_TYPE

@@ -19,8 +19,9 @@ from aiohttp import web
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
+from homeassistant.util.hass_dict import HassKey
 
-from .const import NOTIFY_PATH
+from .const import DOMAIN, NOTIFY_PATH
 from .media import audio_executor, downlink_encoder
 from .protocol.messages import DOWNLINK_SAMPLE_RATE
 from .protocol.ogg import OggOpusWriter
@@ -30,6 +31,8 @@ _LOGGER = logging.getLogger(__name__)
 
 NOTIFY_TTL: Final = 120.0
 """Seconds an announcement URL stays valid (the device fetches it at once)."""
+DATA_ANNOUNCEMENTS: HassKey[AnnouncementStore] = HassKey(f"{DOMAIN}_announcements")
+"""The loaded hub's waiting announcements, for the view (set while the hub is set up)."""
 MAX_WAITING: Final = 32
 """Announcements waiting for their fetch at once; the oldest gives way."""
 
@@ -112,11 +115,9 @@ class XiaozhiNotifyView(HomeAssistantView):
 
     async def get(self, request: web.Request, token: str) -> web.StreamResponse:
         """Stream it as it is made (the device starts playing after the first page)."""
-        from .hub import async_get_hub  # noqa: PLC0415 - hub imports this module
-
         hass = request.app[KEY_HASS]
-        hub = async_get_hub(hass)
-        announcement = hub.announcements.take(token, request.remote) if hub is not None else None
+        store = hass.data.get(DATA_ANNOUNCEMENTS)
+        announcement = store.take(token, request.remote) if store is not None else None
         if announcement is None:
             raise web.HTTPNotFound
         announcement.fetched.set()
