@@ -59,7 +59,7 @@ def test_the_demo_has_a_firmware_update_for_its_board(tmp_path: Path) -> None:
     """The always-connected simulated board runs 2.4.2; the demo offers it a checked 2.5.0 image."""
     import io
 
-    from custom_components.xiaozhi_local.firmware_sources import split_name
+    from custom_components.xiaozhi_local.firmware.files import split_name
     from custom_components.xiaozhi_local.protocol.firmware import read_app_image
 
     module = dev_setup()

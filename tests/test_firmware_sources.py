@@ -12,18 +12,20 @@ from aiohttp.test_utils import TestServer
 from homeassistant.core import HomeAssistant
 import pytest
 
-from custom_components.xiaozhi_local.firmware_sources import (
+from custom_components.xiaozhi_local.firmware.files import (
     LocalFolder,
     Offer,
-    ProjectReleases,
     Source,
     SourceUnavailable,
+    cache_name,
+    split_name,
+)
+from custom_components.xiaozhi_local.firmware.remote import (
+    ProjectReleases,
     VendorChannel,
     _releases,
     _unpack,
     async_fetch,
-    cache_name,
-    split_name,
 )
 from custom_components.xiaozhi_local.protocol.firmware import BoardFacts, FirmwareError
 from xiaozhi_sim.firmware import build_image, flash_image

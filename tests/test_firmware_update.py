@@ -25,7 +25,7 @@ from homeassistant.helpers.event import async_track_state_change_event
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.xiaozhi_local import updates
+from custom_components.xiaozhi_local.firmware import installer as updates, server
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions, ToolError
 from xiaozhi_sim.firmware import build_image, flash_image
@@ -560,7 +560,7 @@ async def test_a_device_vanishing_mid_download_ends_the_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A power cut mid-download: nothing more arrives from the device (no close, no reset)."""
-    monkeypatch.setattr(updates, "STALL_TIMEOUT", 0.5)
+    monkeypatch.setattr(server, "STALL_TIMEOUT", 0.5)
     put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0", size=1_500_000))
     device = await make_mqtt(download_delay=0.002, reboots=False)
     await online(hub)
@@ -929,7 +929,7 @@ async def test_a_published_release_is_cut_out_of_its_flash_image_and_installed(
     assert device.upgrades[0]["result"] == "ok"
     assert device.upgrades[0]["size"] == len(app)  # the app image only, not the flash image
     assert device.options.firmware_version == "2.6.0"
-    from custom_components.xiaozhi_local.firmware_sources import cache_name
+    from custom_components.xiaozhi_local.firmware.files import cache_name
 
     cached = Path(hass.config.cache_path("xiaozhi_local", "firmware", cache_name(BOARD, "2.6.0")))
     assert cached.name.startswith(f"{BOARD}_2.6.0-")
@@ -987,7 +987,7 @@ async def test_a_device_that_stops_reading_is_reported_as_a_stall_at_the_stall(
 ) -> None:
     """It stops reading after its first page, connected: the kernel's buffers still take what is
     sent, and acknowledge it. Not an image it rejected: a stall, said when it stalls."""
-    monkeypatch.setattr(updates, "STALL_TIMEOUT", 0.5)
+    monkeypatch.setattr(server, "STALL_TIMEOUT", 0.5)
     monkeypatch.setattr(updates, "REFUSE_GRACE", 1.0)
     put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0", size=300_000))
     device = await make_mqtt(reboots=False)

@@ -10,6 +10,8 @@ from homeassistant.helpers import config_validation as cv, llm as llm_helper
 from homeassistant.helpers.typing import ConfigType
 
 from .const import DOMAIN
+from .firmware.installer import DATA_FIRMWARE
+from .firmware.server import XiaozhiFirmwareView
 from .http import XiaozhiWebSocketView, register_open_view
 from .hub import XiaozhiConfigEntry, XiaozhiHub, hub_store
 from .identities import journal_store
@@ -18,7 +20,6 @@ from .llm import API_NAME, XiaozhiDevicesAPI
 from .ota import XiaozhiActivateView, XiaozhiOtaView
 from .repairs import async_check_ffmpeg, async_check_url
 from .services import async_setup_services
-from .updates import DATA_FIRMWARE, XiaozhiFirmwareView
 from .vision import XiaozhiVisionView
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)

@@ -41,7 +41,7 @@ from .const import (
     SUBENTRY_DEVICE,
     TLS_MQTT_PORT,
 )
-from .firmware_sources import DEFAULT_RELEASES_URL, DEFAULT_VENDOR_URL
+from .firmware.files import DEFAULT_RELEASES_URL, DEFAULT_VENDOR_URL
 from .hub import XiaozhiHub, async_get_hub, default_title
 from .pairing import CheckResult, PendingDevice, new_token
 from .protocol.messages import normalize_mac

@@ -222,7 +222,7 @@ class XiaozhiDevice:
         partition table): never restarted for the connection choice (transport.py)."""
         self.transport_restart_sent = False  # restarted for its transport since that answer
         self.restart_at_end = False  # on WebSocket, restart it when its conversation ends (transport.py)
-        self.install_at_end = False  # the same, for firmware that waits for it (updates.py)
+        self.install_at_end = False  # the same, for firmware that waits for it (firmware/installer.py)
         """Settings made while the device was away: key → {tool, arguments, value}."""
         registry_entry = dr.async_get(hass).async_get_or_create(
             config_entry_id=entry_id,

@@ -15,8 +15,8 @@ from homeassistant.helpers import device_registry as dr
 
 from .const import CONF_SERIAL, DOMAIN
 from .device import XiaozhiDevice
+from .firmware.installer import FirmwareUpdates
 from .hub import XiaozhiConfigEntry
-from .updates import FirmwareUpdates
 from .urls import ota_url
 
 TO_REDACT = {

@@ -42,7 +42,8 @@ from .const import (
     TRANSPORT_WEBSOCKET,
 )
 from .device import REPORT_SAVE_DELAY, XiaozhiDevice
-from .firmware_sources import CHECK_EVERY as FIRMWARE_CHECK_EVERY
+from .firmware.installer import FirmwareUpdates
+from .firmware.remote import CHECK_EVERY as FIRMWARE_CHECK_EVERY
 from .identities import IdentityJournal, token_hash
 from .idle_media import AnnouncementStore
 from .limits import SlidingWindow
@@ -52,7 +53,6 @@ from .pairing import DeviceReport, Identity, PairingManager, PendingDevice, new_
 from .protocol.logs import OnceLogger
 from .protocol.messages import normalize_mac
 from .repairs import async_mqtt_port, async_token_accepted, async_wrong_token
-from .updates import FirmwareUpdates
 from .urls import firmware_url, notify_url, vision_url, websocket_url
 
 _LOGGER = logging.getLogger(__name__)

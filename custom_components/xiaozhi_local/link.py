@@ -111,7 +111,7 @@ class DeviceLink(ABC):
         """End the conversation the way the device understands (WebSocket: close the socket).
 
         A device that must move to the other transport (transport.py), or for which firmware waits
-        (updates.py), is restarted instead: it closes the socket itself, checks OTA at boot and
+        (firmware/installer.py), is restarted instead: it closes the socket itself, checks OTA at boot and
         comes back on the transport chosen, or installs the firmware its OTA answer carries.
         """
         device = self.device

@@ -118,7 +118,7 @@ class XiaozhiOtaView(HomeAssistantView):
             device.async_told(
                 TRANSPORT_MQTT if mqtt is not None else TRANSPORT_WEBSOCKET, follows=report.follows_answer
             )
-            # Only while an install waits for this device (updates.py): never by default.
+            # Only while an install waits for this device (firmware/installer.py): never by default.
             if (firmware := hub.firmware.ota_firmware(device)) is not None:
                 answer["firmware"] = firmware
             return web.json_response(answer)

@@ -2,7 +2,7 @@
 
 The entity only reads and commands: what the device runs is what it reported at its OTA check,
 what it could run comes from the hub's firmware sources, and installs are the hub's
-(``updates.py``). It exists once a device has reported an ESP chip and a firmware version.
+(``firmware/installer.py``). It exists once a device has reported an ESP chip and a firmware version.
 """
 
 from typing import Any
@@ -18,9 +18,9 @@ from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, async_setup_device_entities
-from .firmware_sources import Offer, Source
+from .firmware.files import Offer, Source
+from .firmware.installer import FirmwareUpdates
 from .hub import XiaozhiConfigEntry
-from .updates import FirmwareUpdates
 
 PARALLEL_UPDATES = 0  # installs are per device and long: one must not wait for another
 
