@@ -106,6 +106,23 @@ async def booted_flash(
     return str(client.make_url("/api/xiaozhi_local/ota/")), flash
 
 
+async def typing_device(
+    hass: HomeAssistant,
+    entry: MockConfigEntry,
+    client: TestClient[Any, Any],
+    tmp_path: Path,
+    *args: str,
+    mqtt: bool = True,
+) -> tuple[asyncio.subprocess.Process, Path]:
+    """The demo's device (``--type-from FIFO``, as script/develop runs it), with ``args``; its pipe."""
+    ota, flash = await booted_flash(hass, entry, client, tmp_path, mqtt=mqtt)
+    fifo = tmp_path / "questions"
+    os.mkfifo(fifo)
+    proc = await run_cli("--ota", ota, "--mac", MAC, "--nvs", str(flash), *args, "--type-from", str(fifo))
+    assert proc.stdout is not None
+    return proc, fifo
+
+
 async def test_cli_stays_online_over_mqtt(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], tmp_path: Path
 ) -> None:
@@ -131,10 +148,7 @@ async def test_cli_types_questions_from_a_pipe(
     hass: HomeAssistant, ready: Any, setup_integration: MockConfigEntry, client: TestClient[Any, Any], tmp_path: Path
 ) -> None:
     """``--type-from FIFO`` (script/develop's demo): each line is asked, and the spoken answer comes back."""
-    ota, flash = await booted_flash(hass, setup_integration, client, tmp_path)
-    fifo = tmp_path / "questions"
-    os.mkfifo(fifo)
-    proc = await run_cli("--ota", ota, "--mac", MAC, "--nvs", str(flash), "--type-from", str(fifo))
+    proc, fifo = await typing_device(hass, setup_integration, client, tmp_path)
     assert proc.stdout is not None
     assert (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().startswith("connected as")
     xdev = setup_integration.runtime_data.devices[MAC]
@@ -157,12 +171,7 @@ async def test_cli_per_conversation_websocket(
     hass: HomeAssistant, ready: Any, setup_integration: MockConfigEntry, client: TestClient[Any, Any], tmp_path: Path
 ) -> None:
     """``--per-conversation``: a stock board on WebSocket is offline until woken, and only then connects."""
-    ota, flash = await booted_flash(hass, setup_integration, client, tmp_path, mqtt=False)
-    fifo = tmp_path / "questions"
-    os.mkfifo(fifo)
-    proc = await run_cli(
-        "--ota", ota, "--mac", MAC, "--nvs", str(flash), "--per-conversation", "--type-from", str(fifo)
-    )
+    proc, fifo = await typing_device(hass, setup_integration, client, tmp_path, "--per-conversation", mqtt=False)
     assert proc.stdout is not None
     assert "is idle on 2.4.2; it connects when woken" in (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
     xdev = setup_integration.runtime_data.devices[MAC]
@@ -221,12 +230,7 @@ async def test_cli_per_conversation_device_installs_firmware_at_its_next_start(
 ) -> None:
     """The demo's WebSocket device, woken for a question while an install waits: it is restarted at
     the end of that conversation, boots, installs and says which version it is idle on."""
-    ota, flash = await booted_flash(hass, setup_integration, client, tmp_path, mqtt=False)
-    fifo = tmp_path / "questions"
-    os.mkfifo(fifo)
-    proc = await run_cli(
-        "--ota", ota, "--mac", MAC, "--nvs", str(flash), "--per-conversation", "--type-from", str(fifo)
-    )
+    proc, fifo = await typing_device(hass, setup_integration, client, tmp_path, "--per-conversation", mqtt=False)
     assert proc.stdout is not None
     assert "is idle on 2.4.2" in (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
     install = hass.async_create_task(_install_demo_firmware(hass, setup_integration, tmp_path / "firmware"))
@@ -264,21 +268,8 @@ async def test_cli_follows_the_connection_select_there_and_back(
     and every typed question answered on the transport of the moment."""
     from ..conftest import wait_settled
 
-    ota, flash = await booted_flash(hass, setup_integration, client, tmp_path)
-    fifo = tmp_path / "questions"
-    os.mkfifo(fifo)
-    proc = await run_cli(
-        "--ota",
-        ota,
-        "--mac",
-        MAC,
-        "--nvs",
-        str(flash),
-        "--reconnect",
-        "--mqtt-reconnect",
-        "0.1",
-        "--type-from",
-        str(fifo),
+    proc, fifo = await typing_device(
+        hass, setup_integration, client, tmp_path, "--reconnect", "--mqtt-reconnect", "0.1"
     )
     await _until_line(proc, "over MQTT (always online)")
     xdev = setup_integration.runtime_data.devices[MAC]
