@@ -126,9 +126,8 @@ class DeviceLink(ABC):
                 @callback
                 def close(_now: Any) -> None:
                     self._cancel_idle = None
-                    self.device.async_create_task(
-                        self.async_close(reason), f"xiaozhi_local close {self.device.mac}"
-                    )  # if it did not
+                    # If it did not close itself meanwhile.
+                    self.device.async_create_task(self.async_close(reason), f"xiaozhi_local close {self.device.mac}")
 
                 self.touch()
                 self._cancel_idle = async_call_later(self.hass, RESTART_CLOSE, close)  # ends with the link
