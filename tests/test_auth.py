@@ -24,7 +24,7 @@ async def test_camera_token_replayed_after_expiry(
     sim = await camera(hass, setup_integration, client)
     token = sim.mcp.vision_token
     device = setup_integration.runtime_data.devices[MAC]
-    assert device.async_check_vision_token(token)
+    assert device.vision_token.check(token)
     later = hass.loop.time() + VISION_TOKEN_TTL + 1
     monkeypatch.setattr(hass.loop, "time", lambda: later)  # 30 min and a second on
     resp = await client.post(

@@ -61,7 +61,7 @@ async def test_ignored_device_does_not_block_the_hub(hass: HomeAssistant) -> Non
 
 async def discover(hass: HomeAssistant, entry: MockConfigEntry, mac: str = NEW_MAC) -> tuple[dict[str, Any], str]:
     """An unknown device's OTA request, as the endpoint handles it; returns its flow and code."""
-    pending = entry.runtime_data.async_request_pairing(mac, DeviceReport(board="atoms3r", client_id="cid"))
+    pending = entry.runtime_data.admission.async_request_pairing(mac, DeviceReport(board="atoms3r", client_id="cid"))
     await hass.async_block_till_done()
     flows = hass.config_entries.flow.async_progress_by_handler(DOMAIN, match_context={"unique_id": mac})
     assert len(flows) == 1
@@ -98,7 +98,7 @@ async def test_discovered_device_lockout(hass: HomeAssistant, setup_integration:
     assert result["errors"] == {"code": "code_locked"}
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
     assert result["errors"] == {"code": "code_locked"}
-    pairing = setup_integration.runtime_data.pairing
+    pairing = setup_integration.runtime_data.admission.pairing
     now = pairing.clock()
     pairing.clock = lambda: now + LOCKOUT  # the lock is over; the code is still valid
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
@@ -108,14 +108,14 @@ async def test_discovered_device_lockout(hass: HomeAssistant, setup_integration:
 
 async def test_discovered_device_code_expired(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
     flow, code = await discover(hass, setup_integration)
-    setup_integration.runtime_data.pairing.remove(NEW_MAC)  # as if its code expired
+    setup_integration.runtime_data.admission.pairing.remove(NEW_MAC)  # as if its code expired
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
     assert result["type"] is FlowResultType.ABORT
     assert result["reason"] == "not_pending"
 
 
 async def test_expired_codes_close_their_cards(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
-    pairing = setup_integration.runtime_data.pairing
+    pairing = setup_integration.runtime_data.admission.pairing
     await discover(hass, setup_integration)
     pairing.code_ttl = 0  # everything pending is now expired
     assert pairing.for_mac(NEW_MAC) == []
@@ -149,7 +149,7 @@ async def test_discovery_when_not_loaded(hass: HomeAssistant, setup_integration:
 
 async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
     hub = setup_integration.runtime_data
-    assert not hub.accept_without_code
+    assert not hub.admission.accept_without_code
     assert hub.websocket_url() == websocket_url(hass)
     result = await hass.config_entries.options.async_init(setup_integration.entry_id)
     assert result["type"] is FlowResultType.FORM
@@ -171,7 +171,7 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
     )
     assert result["type"] is FlowResultType.CREATE_ENTRY
     assert setup_integration.options["idle_timeout"] == 600
-    assert hub.accept_without_code
+    assert hub.admission.accept_without_code
     assert hub.websocket_url() == "ws://10.0.0.2:8123/api/xiaozhi_local/v1/"
     assert setup_integration.options["silence_timeout"] == 45
     result = await hass.config_entries.options.async_init(setup_integration.entry_id)
@@ -208,7 +208,7 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
 async def test_firmware_source_options(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
     """Both remote sources are off until turned on; an address is stored only when it is not the default."""
     hub = setup_integration.runtime_data
-    assert (hub.firmware.vendor, hub.firmware.releases) == (None, None)
+    assert (hub.firmware.catalog.vendor, hub.firmware.catalog.releases) == (None, None)
     result = await hass.config_entries.options.async_init(setup_integration.entry_id)
     schema = result["data_schema"]
     assert schema is not None
@@ -237,10 +237,10 @@ async def test_firmware_source_options(hass: HomeAssistant, setup_integration: M
     assert "firmware_vendor_url" not in setup_integration.options  # the default is not stored
     assert setup_integration.options["firmware_releases_url"] == "http://127.0.0.1:9/releases"
     await hass.async_block_till_done()
-    assert hub.firmware.vendor is not None
-    assert hub.firmware.vendor.url == "https://api.tenclass.net/xiaozhi/ota/"
-    assert hub.firmware.releases is not None
-    assert hub.firmware.releases.url == "http://127.0.0.1:9/releases"
+    assert hub.firmware.catalog.vendor is not None
+    assert hub.firmware.catalog.vendor.url == "https://api.tenclass.net/xiaozhi/ota/"
+    assert hub.firmware.catalog.releases is not None
+    assert hub.firmware.catalog.releases.url == "http://127.0.0.1:9/releases"
     # Shown again as stored.
     result = await hass.config_entries.options.async_init(setup_integration.entry_id)
     schema = result["data_schema"]
@@ -283,7 +283,7 @@ async def test_add_device_by_code(hass: HomeAssistant, setup_integration: MockCo
     assert result["data"]["client_id"] == "cid"
     await hass.async_block_till_done()
     assert NEW_MAC in setup_integration.runtime_data.devices
-    assert len(setup_integration.runtime_data.pairing) == 0
+    assert len(setup_integration.runtime_data.admission.pairing) == 0
     assert hass.config_entries.flow.async_progress_by_handler(DOMAIN) == []  # its card is gone
 
 
@@ -293,7 +293,7 @@ async def test_add_device_by_code_lockout(hass: HomeAssistant, setup_integration
     for _ in range(MAX_FAILURES):
         result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {"code": wrong(code)}))
     assert result["errors"] == {"code": "code_locked"}
-    pairing = setup_integration.runtime_data.pairing
+    pairing = setup_integration.runtime_data.admission.pairing
     pairing.clock = lambda: 1e12 + LOCKOUT  # time passes
     pairing.code_ttl = 1e13
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {"code": code}))
@@ -302,7 +302,7 @@ async def test_add_device_by_code_lockout(hass: HomeAssistant, setup_integration
 
 async def test_add_device_by_code_for_a_paired_mac(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
     """The code of a paired MAC with a new identity (a reset device): it takes over, with a new token."""
-    code = setup_integration.runtime_data.pairing.request(MAC, DeviceReport(client_id="reset"))[0].code
+    code = setup_integration.runtime_data.admission.pairing.request(MAC, DeviceReport(client_id="reset"))[0].code
     result = await start_device_flow(hass, setup_integration, "code")
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {"code": code}))
     assert result["type"] is FlowResultType.ABORT

@@ -247,7 +247,7 @@ async def test_a_setting_made_while_the_device_is_away_reaches_disk_within_a_sec
     await hass.services.async_call(
         "number", "set_value", {"entity_id": entity_id(hass, "number:volume"), "value": 35}, blocking=True
     )
-    hub._async_schedule_save()  # does not push the user's save back to ten seconds
+    hub.storage.async_schedule_save()  # does not push the user's save back to ten seconds
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=1.5))
     await hass.async_block_till_done()
     assert stored(hass_storage, setup_integration)[MAC]["pending"]["volume"]["value"] == 35

@@ -25,6 +25,7 @@ from homeassistant.helpers.event import async_track_state_change_event
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
+from custom_components.xiaozhi_local.const import DOMAIN
 from custom_components.xiaozhi_local.firmware import installer as updates, server
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions, ToolError
@@ -375,7 +376,7 @@ async def test_files_that_are_not_for_the_device_are_never_offered(
     await online(hub)
     state = await offered(hass, "2.5.0")
     assert state.state == "on"
-    refused = hub.firmware.local.refused
+    refused = hub.firmware.catalog.local.refused
     assert "esp32c3" in refused[f"{BOARD}_2.6.0.bin for {BOARD}"]
     assert "no image magic" in refused[f"{BOARD}_2.7.0.bin"]
     assert "truncated" in refused[f"{BOARD}_2.8.0.bin"]
@@ -481,6 +482,32 @@ async def test_an_always_connected_device_that_is_off_gets_it_when_switched_on(
     assert "next start" not in (state.attributes["release_summary"] or "")
 
 
+async def test_removing_a_device_ends_its_waiting_install_and_forgets_it(
+    hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory, firmware_dir: Path
+) -> None:
+    """Nothing of a removed device stays behind: its install ends, its offers and listeners go."""
+    put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0"))
+    device = await make_mqtt()
+    await online(hub)
+    await offered(hass, "2.5.0")
+    await device.drop()  # switched off: the install waits for it
+    await wait_for(hub.devices[MAC], lambda d: not d.connected)
+    task = hass.async_create_task(install(hass))
+    await wait_entity(hass, ENTITY, lambda s: s.attributes["in_progress"] is True)
+    entry = hass.config_entries.async_entries(DOMAIN)[0]
+    subentry = next(sub for sub in entry.subentries.values() if sub.unique_id == MAC)
+    hass.config_entries.async_remove_subentry(entry, subentry.subentry_id)
+    with pytest.raises(HomeAssistantError, match="stopped"):
+        await task
+    await hass.async_block_till_done()
+    firmware = hub.firmware
+    assert MAC not in firmware.jobs
+    assert MAC not in firmware.catalog.offers
+    assert MAC not in firmware.last_error  # the cancelled install is no news for a device that is gone
+    assert MAC not in firmware._listeners
+    assert hass.states.get(ENTITY) is None
+
+
 # -- failures ---------------------------------------------------------------------------------
 
 
@@ -577,7 +604,7 @@ async def test_a_device_vanishing_mid_download_ends_the_install(
     assert state.attributes["installed_version"] == "2.4.2"
     assert "stalled" in state.attributes["release_summary"]
     assert not hub.firmware.jobs
-    assert not hub.firmware._data
+    assert not hub.firmware.downloads._data
     await device.drop()
     await hass.async_block_till_done(wait_background_tasks=True)
 
@@ -660,7 +687,7 @@ async def test_an_expired_url_is_refused(
     await offered(hass, "2.5.0")
     task = hass.async_create_task(install(hass))
     await asyncio.wait_for(device.upgrade_started.wait(), 5)
-    for download in hub.firmware._downloads.values():
+    for download in hub.firmware.downloads._downloads.values():
         download.expires = hass.loop.time() - 1
     async with aiohttp.ClientSession() as session, session.get(device.upgrades[0]["url"]) as response:
         assert response.status == 404
@@ -757,7 +784,7 @@ async def test_the_vendors_channel_is_asked_without_the_devices_identity(
     assert set(body) == {"mac_address", "uuid", "chip_model_name", "application", "board"}
     # The answer is kept: a second device of the same board and version is not asked again.
     asked = len(stand_in.requests)
-    await hub.firmware.async_check(hub.devices[MAC])
+    await hub.firmware.catalog.async_check(hub.devices[MAC])
     assert len(stand_in.requests) == asked
 
     await install(hass)
@@ -807,7 +834,7 @@ async def test_a_vendor_answering_nonsense_leaves_the_entity_as_it_was(
     stand_in.status, stand_in.answer = status, answer
     for _ in range(3):
         await hass.services.async_call("homeassistant", "update_entity", {"entity_id": ENTITY}, blocking=True)
-        for entry in hub.firmware.vendor._memo.entries.values():  # type: ignore[union-attr]
+        for entry in hub.firmware.catalog.vendor._memo.entries.values():  # type: ignore[union-attr]
             entry.asked = 0.0  # as if the spacing between refreshes had passed
     state = hass.states.get(ENTITY)
     assert state is not None
@@ -954,9 +981,9 @@ async def test_two_devices_install_at_once_from_one_shared_copy(
     one = hass.async_create_task(install(hass))
     two = hass.async_create_task(install(hass, entity_id="update.desk_firmware"))
     await asyncio.gather(one, two)
-    assert hub.firmware.images_read == 1  # one copy of the image served both downloads
+    assert hub.firmware.downloads.images_read == 1  # one copy of the image served both downloads
     assert first.options.firmware_version == second.options.firmware_version == "2.5.0"
-    assert not hub.firmware._data  # released after the last download
+    assert not hub.firmware.downloads._data  # released after the last download
 
 
 async def test_an_image_larger_than_the_devices_app_partition_is_never_offered_or_sent(
@@ -972,7 +999,7 @@ async def test_an_image_larger_than_the_devices_app_partition_is_never_offered_o
     assert facts is not None
     assert facts.app_slot == 128 * 1024
     await offered(hass, "2.5.0")  # the newest that fits, not 2.6.0
-    reason = hub.firmware.local.refused[f"{BOARD}_2.6.0.bin for {BOARD}"]
+    reason = hub.firmware.catalog.local.refused[f"{BOARD}_2.6.0.bin for {BOARD}"]
     assert "larger than the device's app partition (131072 bytes)" in reason
     assert f"'{BOARD}_2.6.0.bin' is not offered to '{BOARD}' devices: the image (" in caplog.text
     with pytest.raises(HomeAssistantError, match=r"No firmware source offers version 2\.6\.0"):

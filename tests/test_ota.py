@@ -191,7 +191,7 @@ async def test_whole_journey(
     )
     assert (dr.CONNECTION_NETWORK_MAC, NEW_MAC) in entry.connections
     assert hass.config_entries.flow.async_progress_by_handler(DOMAIN) == []
-    assert len(hub.pairing) == 0
+    assert len(hub.admission.pairing) == 0
     await device.drop()
 
 
@@ -279,7 +279,7 @@ async def test_malformed_requests(
     resp = await client.post(OTA_PATH, data=body, headers=ota_headers() if headers is None else headers)
     assert resp.status == status
     assert await resp.json() == {"error": error}
-    assert len(hub.pairing) == 0  # nothing stored
+    assert len(hub.admission.pairing) == 0  # nothing stored
     assert hass.config_entries.flow.async_progress_by_handler(DOMAIN) == []
 
 
@@ -333,7 +333,7 @@ async def test_strangers_flood_leaves_bounded_state(hass: HomeAssistant, client:
         resp = await client.post(OTA_PATH, data=b"", headers=ota_headers(f"02:00:00:00:{i // 256:02x}:{i % 256:02x}"))
         assert resp.status == 200
     await hass.async_block_till_done()
-    assert len(hub.pairing) == MAX_PER_SOURCE  # one address holds only so many
+    assert len(hub.admission.pairing) == MAX_PER_SOURCE  # one address holds only so many
     assert len(hass.config_entries.flow.async_progress_by_handler(DOMAIN)) <= MAX_PER_SOURCE
     assert len(hub.devices) == 2  # nobody got in
 

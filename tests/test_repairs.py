@@ -82,11 +82,13 @@ async def test_a_wrong_token_for_a_paired_mac_costs_what_an_unknown_mac_costs(
 ) -> None:
     """Pairing status must not leak by timing: the refusal of a paired MAC's wrong token does the
     same work before its answer as an unknown MAC's (the repair's bookkeeping comes after)."""
-    from custom_components.xiaozhi_local import hub as hub_module
+    from custom_components.xiaozhi_local import admission as admission_module
     from custom_components.xiaozhi_local.auth import Refused
 
     calls: list[tuple[str, int]] = []
-    monkeypatch.setattr(hub_module, "async_wrong_token", lambda _hass, mac, _name, count: calls.append((mac, count)))
+    monkeypatch.setattr(
+        admission_module, "async_wrong_token", lambda _hass, mac, _name, count: calls.append((mac, count))
+    )
     hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
     assert hub.async_authenticate(MAC, "wrong-token") is Refused.GUESS
     assert hub.async_authenticate("cc:ba:97:00:00:09", "wrong-token") is Refused.GUESS

@@ -412,7 +412,7 @@ async def test_a_flood_does_not_push_out_the_device_being_paired(
             assert resp.status == 200
     await hass.async_block_till_done()
     hub = setup_integration.runtime_data
-    assert len(hub.pairing) == 1 + MAX_PER_SOURCE
+    assert len(hub.admission.pairing) == 1 + MAX_PER_SOURCE
     flows = hass.config_entries.flow.async_progress_by_handler(DOMAIN, match_context={"unique_id": NEW_MAC})
     result = await hass.config_entries.flow.async_configure(flows[0]["flow_id"], {"code": code})
     assert result["reason"] == "pairing_successful"

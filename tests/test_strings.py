@@ -52,6 +52,8 @@ def test_translation_keys_used_in_code_exist() -> None:
     code = "\n".join(p.read_text() for p in sorted(COMPONENT.rglob("*.py")))  # satellite/ too
     used = set(re.findall(r'translation_domain=DOMAIN,\s*translation_key="(\w+)"', code))
     used |= set(re.findall(r'_error\(\s*"(\w+)"', code))
+    # Texts shown as they are (errors.async_translate): what an install waits for, release notes.
+    used |= set(re.findall(r'"(update_(?:waiting|notes)_\w+)"', code))
     assert used
     assert used <= set(STRINGS["exceptions"])
     assert set(STRINGS["exceptions"]) <= used  # no dead strings

@@ -13,13 +13,14 @@ from .const import DOMAIN
 from .firmware.installer import DATA_FIRMWARE
 from .firmware.server import XiaozhiFirmwareView
 from .http import XiaozhiWebSocketView, register_open_view
-from .hub import XiaozhiConfigEntry, XiaozhiHub, hub_store
+from .hub import XiaozhiConfigEntry, XiaozhiHub
 from .identities import journal_store
 from .idle_media import DATA_ANNOUNCEMENTS, XiaozhiNotifyView
 from .llm import API_NAME, XiaozhiDevicesAPI
 from .ota import XiaozhiActivateView, XiaozhiOtaView
 from .repairs import async_check_ffmpeg, async_check_url
 from .services import async_setup_services
+from .storage import hub_store
 from .vision import XiaozhiVisionView
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
@@ -78,8 +79,8 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
         hass.data.pop(DATA_FIRMWARE, None)
 
     entry.async_on_unload(views_closed)
-    await hub.async_load()
-    hub.async_restore_devices()  # where Home Assistant was stopped before it saved a pairing
+    await hub.storage.async_load()
+    hub.storage.async_restore_subentries()  # where Home Assistant was stopped before it saved a pairing
     hub.async_sync_devices()
     hub.async_start()
     entry.runtime_data = hub
@@ -107,7 +108,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
 async def _async_entry_updated(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> None:
     """Devices added, changed or removed: applied without dropping the other connections."""
     entry.runtime_data.async_sync_devices()
-    entry.runtime_data.firmware.async_configure(dict(entry.options))  # the firmware sources may have changed
+    entry.runtime_data.firmware.catalog.async_configure(dict(entry.options))  # the firmware sources may have changed
     async_check_url(hass, dict(entry.options))
     await entry.runtime_data.async_start_mqtt()  # ports or the choice may have changed
     entry.runtime_data.async_transport_changed()  # devices on the other transport restart when they can

@@ -22,8 +22,8 @@ from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from .const import (
     DOMAIN,
 )
-from .device import translated_error
 from .entity import async_setup_device_entities
+from .errors import translated_error
 from .hub import XiaozhiConfigEntry
 from .satellite.listening import ListeningMixin
 from .satellite.playback import PlaybackMixin

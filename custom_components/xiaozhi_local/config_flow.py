@@ -17,6 +17,7 @@ from homeassistant.data_entry_flow import section
 from homeassistant.helpers import selector
 import probatio as vol
 
+from .admission import default_title
 from .const import (
     CONF_ACCEPT_WITHOUT_CODE,
     CONF_AI_TASK_ENTITY,
@@ -42,7 +43,7 @@ from .const import (
     TLS_MQTT_PORT,
 )
 from .firmware.files import DEFAULT_RELEASES_URL, DEFAULT_VENDOR_URL
-from .hub import XiaozhiHub, async_get_hub, default_title
+from .hub import XiaozhiHub, async_get_hub
 from .pairing import CheckResult, PendingDevice, new_token
 from .protocol.messages import normalize_mac
 from .urls import ota_url, websocket_url
@@ -96,7 +97,7 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
         hub = async_get_hub(self.hass)
         if hub is None:
             return self.async_abort(reason="not_loaded")
-        if not hub.pairing.for_mac(self._mac):
+        if not hub.admission.pairing.for_mac(self._mac):
             return self.async_abort(reason="not_pending")
         if (device := hub.devices.get(self._mac)) is not None:
             # A paired MAC with another identity: the real device after a reset, or someone else.
@@ -119,7 +120,9 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
             return self.async_abort(reason="not_loaded")
 
         def paired(pending: PendingDevice) -> ConfigFlowResult:
-            device = hub.async_pair(self._mac, _name(user_input or {}), pending.report.identity, token=pending.token)
+            device = hub.admission.async_pair(
+                self._mac, _name(user_input or {}), pending.report.identity, token=pending.token
+            )
             return self.async_abort(reason="pairing_successful", description_placeholders={"name": device.name})
 
         return self._code_form(
@@ -133,7 +136,7 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
             return self.async_abort(reason="not_loaded" if hub is None else "not_pending")
 
         def paired(pending: PendingDevice) -> ConfigFlowResult:
-            hub.async_pair(self._mac, None, pending.report.identity, token=pending.token)
+            hub.admission.async_pair(self._mac, None, pending.report.identity, token=pending.token)
             return self.async_abort(reason="paired_again", description_placeholders={"name": device.name})
 
         placeholders = {"mac": self._mac, "name": device.name}
@@ -154,7 +157,7 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
         """The code typed for this card's MAC: whichever identity of it heard the code is ``paired``."""
         errors: dict[str, str] = {}
         if user_input is not None:
-            result, pending = hub.pairing.check(self._mac, user_input[CONF_CODE])
+            result, pending = hub.admission.pairing.check(self._mac, user_input[CONF_CODE])
             if pending is not None:
                 return paired(pending)
             if result is CheckResult.UNKNOWN:
@@ -301,11 +304,11 @@ class DeviceSubentryFlow(ConfigSubentryFlow):
             return self.async_abort(reason="not_loaded")
         errors: dict[str, str] = {}
         if user_input is not None:
-            result, pending = hub.pairing.claim(user_input[CONF_CODE])
+            result, pending = hub.admission.pairing.claim(user_input[CONF_CODE])
             if pending is not None:
                 mac, identity = pending.mac, pending.report.identity
                 if (device := hub.devices.get(mac)) is not None:  # a paired MAC with a new identity
-                    hub.async_pair(mac, _name(user_input), identity, token=pending.token)
+                    hub.admission.async_pair(mac, _name(user_input), identity, token=pending.token)
                     return self.async_abort(reason="paired_again", description_placeholders={"name": device.name})
                 data = {CONF_MAC: mac, CONF_TOKEN: pending.token, **identity.as_data()}
                 return self.async_create_entry(title=_name(user_input) or default_title(mac), data=data, unique_id=mac)

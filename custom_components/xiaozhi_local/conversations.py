@@ -15,10 +15,11 @@ the installer and the transport policy read it there, whether the satellite enti
 """
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .link import DeviceLink
+    from .protocol.messages import ControlMessage
 
 
 @dataclass(eq=False, slots=True)
@@ -45,3 +46,33 @@ class Conversation:
     def heard(self) -> None:
         """Someone spoke or typed: the next silence is counted from the next listening turn."""
         self.quiet_since = None
+
+
+class VoiceHandler(Protocol):
+    """The device's voice satellite, as the connection sees it."""
+
+    def on_control(self, connection: DeviceLink, message: ControlMessage) -> None:
+        """Handle ``listen``, ``abort`` and other control messages."""
+
+    def on_audio(self, connection: DeviceLink, packet: bytes) -> None:
+        """One uplink Opus packet."""
+
+    def on_disconnect(self, connection: DeviceLink) -> None:
+        """The connection ended."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether a conversation turn, a reply or an announcement is under way (tells listeners when it ends)."""
+
+    @property
+    def media_title(self) -> str | None:
+        """The title of the media it plays now, or None (tells listeners when that changes)."""
+
+    async def async_play_media(self, url: str, title: str) -> None:
+        """Play media on the speaker; raises a translated error when it cannot."""
+
+    def async_stop_media(self) -> None:
+        """Stop the media that plays."""
+
+    async def async_announce_media(self, url: str) -> None:
+        """Announce the media at ``url`` (blocks until played)."""

@@ -9,21 +9,20 @@ next connects.
 import asyncio
 from collections.abc import Callable, Coroutine
 from datetime import datetime
-import hmac
 import itertools
 import logging
-import secrets
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any
 
 from homeassistant.config_entries import ConfigSubentry
 from homeassistant.const import CONF_CLIENT_ID, CONF_MAC
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
-from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
+from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers.json import json_bytes
 from homeassistant.helpers.typing import UNDEFINED
 from homeassistant.util import dt as dt_util
 
+from .auth import ExpiringToken
 from .const import (
     CONF_OPEN,
     CONF_SERIAL,
@@ -33,65 +32,31 @@ from .const import (
     MAX_NOTIFICATION_PARAMS,
     NOTIFICATION_BURST,
     NOTIFICATION_RATE,
+    TRANSPORT_MQTT,
     VISION_TOKEN_TTL,
 )
-from .conversations import Conversation
+from .conversations import Conversation, VoiceHandler
+from .errors import DeviceOfflineError, tool_error, translated_error
 from .limits import TokenBucket
 from .pairing import Identity
 from .protocol.firmware import BoardFacts
 from .protocol.logs import OnceLogger
 from .protocol.mcp import (
-    McpBusyError,
-    McpConnectionError,
     McpError,
-    McpRemoteError,
     McpTimeoutError,
     McpTool,
     ServerInfo,
     ToolResult,
-    parse_tool,
 )
-from .protocol.messages import loads
 from .tool_map import QUERY_TOOLS, canonical_tools
+from .values import DeviceCache, PendingSetting, query_number
 
 if TYPE_CHECKING:
     from .link import DeviceLink
-    from .pairing import DeviceReport
-    from .protocol.messages import ControlMessage
 
 _LOGGER = logging.getLogger(__name__)
 
 type NotificationListener = Callable[[str, Any], None]
-
-
-class VoiceHandler(Protocol):
-    """The device's voice satellite, as the connection sees it."""
-
-    def on_control(self, connection: DeviceLink, message: ControlMessage) -> None:
-        """Handle ``listen``, ``abort`` and other control messages."""
-
-    def on_audio(self, connection: DeviceLink, packet: bytes) -> None:
-        """One uplink Opus packet."""
-
-    def on_disconnect(self, connection: DeviceLink) -> None:
-        """The connection ended."""
-
-    @property
-    def busy(self) -> bool:
-        """Whether a conversation turn, a reply or an announcement is under way (tells listeners when it ends)."""
-
-    @property
-    def media_title(self) -> str | None:
-        """The title of the media it plays now, or None (tells listeners when that changes)."""
-
-    async def async_play_media(self, url: str, title: str) -> None:
-        """Play media on the speaker; raises a translated error when it cannot."""
-
-    def async_stop_media(self) -> None:
-        """Stop the media that plays."""
-
-    async def async_announce_media(self, url: str) -> None:
-        """Announce the media at ``url`` (blocks until played)."""
 
 
 REPORT_CHANGE_BURST = 4
@@ -105,56 +70,8 @@ USER_SAVE_DELAY = 0.0
 entity shows it from then on, so a crash right after must not lose it)."""
 
 
-def _number(text: str) -> int | float | None:
-    """A query tool's bare number (py-xiaozhi's ``get_volume`` answers ``70``), or None."""
-    try:
-        value = loads(text)
-    except ValueError, RecursionError:
-        return None
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def _identity_of(subentry: ConfigSubentry) -> Identity:
     return Identity(subentry.data.get(CONF_CLIENT_ID), subentry.data.get(CONF_SERIAL))
-
-
-class DeviceOfflineError(McpConnectionError):
-    """The device has no open connection now."""
-
-
-NOT_NOW: Final = frozenset({"device_offline"})
-"""Refusals of a request that cannot be served while the device is away: ServiceValidationError,
-which Home Assistant answers with 400 and does not log as an error (a 500 means a fault of ours)."""
-
-
-def translated_error(key: str, **placeholders: str) -> HomeAssistantError:
-    """A HomeAssistantError with a translated message (``exceptions.<key>`` in strings.json)."""
-    kind = ServiceValidationError if key in NOT_NOW else HomeAssistantError
-    return kind(translation_domain=DOMAIN, translation_key=key, translation_placeholders=placeholders)
-
-
-def tool_error(err: McpError, device: str, tool: str) -> HomeAssistantError:
-    """Any failure of a tool call as the user reads it: the one mapping for entities, actions and agents."""
-    if isinstance(err, DeviceOfflineError):
-        return translated_error("device_offline", device=device)
-    if isinstance(err, McpRemoteError):
-        return remote_error(err, device, tool)
-    if isinstance(err, McpTimeoutError):
-        return translated_error("timeout", device=device, tool=tool)
-    if isinstance(err, McpBusyError):
-        return translated_error("busy", device=device)
-    if isinstance(err, McpConnectionError):  # it went away during the call
-        return translated_error("connection_lost", device=device, tool=tool)
-    return translated_error("device_error", device=device, tool=tool, message=str(err))
-
-
-def remote_error(err: McpRemoteError, device: str, tool: str) -> HomeAssistantError:
-    """The device's error as the user reads it, the same for both firmware generations."""
-    if err.kind == "unknown_tool":
-        return translated_error("unknown_tool", device=device, tool=tool)
-    if err.kind == "invalid_arguments":
-        return translated_error("invalid_arguments", device=device, tool=tool, errors=err.message)
-    return translated_error("device_error", device=device, tool=tool, message=err.message)
 
 
 class XiaozhiDevice:
@@ -188,42 +105,36 @@ class XiaozhiDevice:
         self.log = OnceLogger(self.mac, _LOGGER)  # each kind of problem is logged once per device
         self._persist = persist or (lambda _delay: None)
         self._notifications = TokenBucket(NOTIFICATION_RATE, NOTIFICATION_BURST)
-        self._report_changes = TokenBucket(REPORT_CHANGE_RATE, REPORT_CHANGE_BURST)
+        self.report_changes = TokenBucket(REPORT_CHANGE_RATE, REPORT_CHANGE_BURST)
+        """How often what it reports at its OTA check may change (reports.py)."""
         self.dropped_notifications = 0
         self._listeners: list[Callable[[], None]] = []
         self._notification_listeners: list[NotificationListener] = []
         self._refresh_lock = asyncio.Lock()
-        cache = cache or {}
+        kept = DeviceCache.from_dict(cache)
         self.tool_lists = 0  # tools/list answers (or registrations) since start; 0: tools from the cache
-        cached: dict[str, McpTool] = {}
-        for raw in cache.get("tools", []):
-            try:
-                tool = parse_tool(raw)
-            except ValueError:
-                continue
-            cached[tool.name] = tool
-        self.tools: dict[str, McpTool] = canonical_tools(cached)
+        self.tools: dict[str, McpTool] = kept.tools
         """By the firmware's name (``TOOL_ALIASES``); each ``McpTool.name`` is what the device calls it."""
-        self.queries: dict[str, Any] = dict(cache.get("queries", {}))
+        self.queries: dict[str, Any] = kept.queries
         """Last result of each query tool (parsed JSON), by tool name."""
-        self.pending: dict[str, dict[str, Any]] = dict(cache.get("pending", {}))
-        self._vision_token: tuple[str, float] | None = None  # token, expiry (loop time)
+        self.pending: dict[str, PendingSetting] = kept.pending
+        """Settings made while the device was away, by entity key (the latest value wins)."""
+        self.vision_token = ExpiringToken(VISION_TOKEN_TTL, hass.loop)
+        """The short-lived token for camera uploads (sent in ``initialize``; not the main token)."""
         self.photo: bytes | None = None  # the last camera photo (JPEG)
         self.photo_at: datetime | None = None
-        self.facts = BoardFacts.from_dict(cache.get("firmware"))
+        self.facts = kept.facts
         """What its last OTA check said of its board and firmware (stock firmware only)."""
         self.address: str | None = None
         """The network address it last reached Home Assistant from (OTA check or connection)."""
-        told = cache.get("transport")
-        self.told_transport: str | None = told if isinstance(told, str) else None
+        self.told_transport = kept.told_transport
         """What its last OTA answer told it to use (``mqtt`` or ``websocket``): see transport.py."""
-        self.picks_transport = bool(cache.get("picks_transport"))
+        self.picks_transport = kept.picks_transport
         """A client that picks its transport itself (its OTA check lacks the stock firmware's
         partition table): never restarted for the connection choice (transport.py)."""
         self.transport_restart_sent = False  # restarted for its transport since that answer
         self.restart_at_end = False  # on WebSocket, restart it when its conversation ends (transport.py)
         self.install_at_end = False  # the same, for firmware that waits for it (firmware/installer.py)
-        """Settings made while the device was away: key → {tool, arguments, value}."""
         registry_entry = dr.async_get(hass).async_get_or_create(
             config_entry_id=entry_id,
             config_subentry_id=subentry.subentry_id,
@@ -235,23 +146,6 @@ class XiaozhiDevice:
         self.device_id = registry_entry.id
 
     @callback
-    def async_new_vision_token(self) -> str:
-        """A short-lived token for camera uploads (sent in ``initialize``; not the main token)."""
-        token = secrets.token_urlsafe(24)
-        self._vision_token = (token, self.hass.loop.time() + VISION_TOKEN_TTL)
-        return token
-
-    @callback
-    def async_check_vision_token(self, token: str) -> bool | None:
-        """Constant-time check of an upload's token: True valid, None this device's but expired, False."""
-        if self._vision_token is None:
-            return False
-        expected, expires = self._vision_token
-        if not hmac.compare_digest(expected.encode(), token.encode()):
-            return False
-        return True if self.hass.loop.time() < expires else None
-
-    @callback
     def async_set_photo(self, jpeg: bytes) -> None:
         """A photo arrived from the camera."""
         self.photo = jpeg
@@ -260,14 +154,9 @@ class XiaozhiDevice:
 
     def as_cache(self) -> dict[str, Any]:
         """What to keep across restarts."""
-        return {
-            "tools": [tool.as_dict() for tool in self.tools.values()],
-            "queries": self.queries,
-            "pending": self.pending,
-            "firmware": self.facts.as_dict() if self.facts is not None else None,
-            "transport": self.told_transport,
-            "picks_transport": self.picks_transport,
-        }
+        return DeviceCache(
+            self.tools, self.queries, self.pending, self.facts, self.told_transport, self.picks_transport
+        ).as_dict()
 
     @property
     def firmware(self) -> tuple[int, ...]:
@@ -286,6 +175,11 @@ class XiaozhiDevice:
     def plays_notify(self) -> bool:
         """Firmware 2.5 plays ``notify`` (an Ogg Opus URL) while idle; older firmware does not."""
         return self.firmware >= (2, 5)
+
+    @property
+    def off(self) -> bool:
+        """Always connected (its OTA answer said MQTT) and not connected now: off, or out of reach."""
+        return self.connection is None and self.told_transport == TRANSPORT_MQTT
 
     @property
     def connected(self) -> bool:
@@ -430,61 +324,11 @@ class XiaozhiDevice:
         self._async_notify()
 
     @callback
-    def async_apply_report(self, report: DeviceReport, address: str | None = None) -> bool:
-        """What the device said at its OTA check goes to the device registry and its facts.
-
-        True when its firmware facts changed (a new version, say): what it can install is
-        looked up again.
-        """
-        if address:
-            self.address = address
-        known = dr.async_get(self.hass).async_get(self.device_id)
-        changes = {
-            key: value
-            for key, value, was in (
-                ("model", report.board, getattr(known, "model", None)),
-                ("sw_version", report.firmware, getattr(known, "sw_version", None)),
-                ("hw_version", report.chip, getattr(known, "hw_version", None)),
-            )
-            if value and value != was
-        }
-        if (changes or self._reported_facts(report) != self.facts) and not self._report_changes.allow(
-            self.hass.loop.time()
-        ):
-            # A real board changes what it reports once an upgrade; one in hostile hands at every
-            # request, and each change is a registry write (a recorder event), a firmware check, a
-            # save. Past a few, its reports change nothing for a while.
-            self.log.report("reports_change_too_often", "what it reports at its OTA check changes too often; ignored")
-            return False
-        if changes:
-            dr.async_get(self.hass).async_update_device(
-                self.device_id,
-                model=changes.get("model", UNDEFINED),
-                sw_version=changes.get("sw_version", UNDEFINED),
-                hw_version=changes.get("hw_version", UNDEFINED),
-            )
-        facts = self._reported_facts(report)
-        if facts is None or facts == self.facts:
-            return False
+    def async_set_facts(self, facts: BoardFacts) -> None:
+        """What its OTA check said of its board and firmware changed (reports.py)."""
         self.facts = facts
         self._persist(REPORT_SAVE_DELAY)
         self._async_notify()
-        return True
-
-    @staticmethod
-    def _reported_facts(report: DeviceReport) -> BoardFacts | None:
-        """What an OTA check says of the board and its firmware (None: not stock firmware)."""
-        return BoardFacts.from_dict(
-            {
-                "board": report.board,
-                "chip": report.chip,
-                "version": report.firmware,
-                "project": report.project,
-                "board_name": report.board_name,
-                "manufacturer": report.manufacturer,
-                "app_slot": report.app_slot,
-            }
-        )
 
     @callback
     def async_told(self, transport: str, *, follows: bool = True) -> None:
@@ -527,10 +371,10 @@ class XiaozhiDevice:
     async def async_on_ready(self) -> None:
         """The connection's tools are known: apply waiting settings, then read the device."""
         for key, setting in list(self.pending.items()):
-            if setting["tool"] not in self.tools:
+            if setting.tool not in self.tools:
                 continue
             try:
-                await self._async_run_setter(setting["tool"], setting["arguments"])
+                await self._async_run_setter(setting.tool, setting.arguments)
             except (McpError, HomeAssistantError) as err:
                 _LOGGER.warning("Device %s refused the setting %s made while it was away: %s", self.mac, key, err)
             if self.pending.get(key) is setting:  # not replaced meanwhile (latest value wins)
@@ -549,7 +393,7 @@ class XiaozhiDevice:
                 except McpError as err:
                     self.log.report("query_failed", f"{tool} failed: {err}")
                     continue
-                value = result.json if result.json is not None else _number(result.text)
+                value = result.json if result.json is not None else query_number(result.text)
                 if value is None:
                     self.log.report("query_not_json", f"{tool} did not answer with JSON")
                     continue
@@ -560,7 +404,7 @@ class XiaozhiDevice:
     async def async_set(self, key: str, tool: str, arguments: dict[str, Any], value: Any) -> None:
         """A setting from an entity. Offline: kept and applied at the next connect."""
         if self.connection is None:
-            self.pending[key] = {"tool": tool, "arguments": arguments, "value": value}
+            self.pending[key] = PendingSetting(tool, arguments, value)
             _LOGGER.info(
                 "%s is not connected: %s %s is kept and set when it connects%s",
                 self.name,

@@ -53,7 +53,7 @@ def _device(device: XiaozhiDevice, firmware: FirmwareUpdates) -> dict[str, Any]:
         "dropped_notifications": device.dropped_notifications,
         "tools": [tool.as_dict() for tool in device.tools.values()],
         "last_values": device.queries,
-        "pending_settings": {key: setting.get("value") for key, setting in device.pending.items()},
+        "pending_settings": {key: setting.value for key, setting in device.pending.items()},
         "photo": {"bytes": len(device.photo), "at": device.photo_at.isoformat() if device.photo_at else None}
         if device.photo is not None
         else None,
@@ -95,8 +95,8 @@ async def async_get_config_entry_diagnostics(hass: HomeAssistant, entry: Xiaozhi
         "options": async_redact_data(dict(entry.options), TO_REDACT),
         "websocket_url": hub.websocket_url(),
         "ota_url": ota_url(hass),
-        "pending_pairings": len(hub.pairing),
-        "pending_pairings_of_paired_macs": sum(bool(hub.pairing.for_mac(mac)) for mac in hub.devices),
+        "pending_pairings": len(hub.admission.pairing),
+        "pending_pairings_of_paired_macs": sum(bool(hub.admission.pairing.for_mac(mac)) for mac in hub.devices),
         "open_connections": len(hub.connections),
         "mqtt": None
         if hub.mqtt is None
@@ -109,10 +109,10 @@ async def async_get_config_entry_diagnostics(hass: HomeAssistant, entry: Xiaozhi
             "refused": hub.mqtt.refused,
         },
         "firmware_sources": {
-            "vendor": hub.firmware.vendor.url if hub.firmware.vendor is not None else None,
-            "releases": hub.firmware.releases.url if hub.firmware.releases is not None else None,
-            "local_folder": str(hub.firmware.local.folder),
-            "refused_files": dict(hub.firmware.local.refused),
+            "vendor": hub.firmware.catalog.vendor.url if hub.firmware.catalog.vendor is not None else None,
+            "releases": hub.firmware.catalog.releases.url if hub.firmware.catalog.releases is not None else None,
+            "local_folder": str(hub.firmware.catalog.local.folder),
+            "refused_files": dict(hub.firmware.catalog.local.refused),
         },
         "devices": [_device(device, hub.firmware) for device in hub.devices.values()],
     }

@@ -73,10 +73,10 @@ class XiaozhiWebSocketView(HomeAssistantView):
         token = bearer_token(_param(request, "Authorization"))
         device: XiaozhiDevice | Refused | None = None
         if not token and raw_mac:  # a load tester, while the hub accepts devices without a code
-            device = hub.async_open_device(raw_mac, _param(request, "Client-Id"))
+            device = hub.admission.async_open_device(raw_mac, _param(request, "Client-Id"))
         if device is None:
             device = hub.async_authenticate(mac, token) if mac else Refused.GUESS if token else Refused.NO_TOKEN
-        if device is Refused.PENDING and mac is not None and (pending := hub.pairing.with_token(mac, token)):
+        if device is Refused.PENDING and mac is not None and (pending := hub.admission.pairing.with_token(mac, token)):
             # The token handed out with a code not typed yet: the client is told its code (xiaozhi-sdk).
             version = _protocol_version(_param(request, "Protocol-Version"))
             return await async_run_pairing_session(hass, request, pending, version)
@@ -87,7 +87,7 @@ class XiaozhiWebSocketView(HomeAssistantView):
             protocol_version=_protocol_version(_param(request, "Protocol-Version")),
             address=request.remote,
         )
-        hub.async_bind_identity(device, client.client_id)
+        hub.admission.async_bind_identity(device, client.client_id)
         ws = web.WebSocketResponse(
             max_msg_size=MAX_CONNECTION_MESSAGE, autoping=False, compress=False, timeout=CLOSE_TIMEOUT
         )

@@ -18,12 +18,13 @@ from typing import Any
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers.event import async_call_later
 
+from . import transport
 from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION, EVENT_TOOL_ERROR
 from .device import XiaozhiDevice
 from .protocol.mcp import McpConnectionError, McpError, McpRemoteError, ToolResult
 from .protocol.messages import ClientHello, ControlMessage
 from .protocol.register import Registration
-from .protocol.session import DeviceSession
+from .protocol.session import DeviceSession, HelloReply
 from .protocol.voice import VoiceError, parse_listen
 
 _LOGGER = logging.getLogger(__name__)
@@ -63,7 +64,9 @@ class DeviceLink(ABC):
         self.device = device
         self.client = client
         self.log = device.log
-        self.session = DeviceSession(device.mac, self._async_send_text, self, log=self.log)
+        self.session = DeviceSession(
+            device.mac, self._async_send_text, self, log=self.log, hello_reply=self._hello_reply_builder()
+        )
         self.discovered = asyncio.Event()  # tools known: calls can go out
         self.settled = asyncio.Event()  # the connect-time round is over: settings applied, status read
         self.audio_frames = 0
@@ -76,6 +79,10 @@ class DeviceLink(ABC):
         self._cancel_idle: CALLBACK_TYPE | None = None
 
     # -- what a transport provides ------------------------------------------------------------
+
+    def _hello_reply_builder(self) -> HelloReply | None:
+        """What builds the server hello of this transport; None: the WebSocket one (session.py)."""
+        return None
 
     @abstractmethod
     async def run(self) -> None:
@@ -115,11 +122,7 @@ class DeviceLink(ABC):
         comes back on the transport chosen, or installs the firmware its OTA answer carries.
         """
         device = self.device
-        if (device.restart_at_end or device.install_at_end) and device.connection is self:
-            why = "its connection choice changed" if device.restart_at_end else "firmware waits for it"
-            if device.restart_at_end:
-                device.transport_restart_sent = True
-            device.restart_at_end = device.install_at_end = False
+        if device.connection is self and (why := transport.async_restart_at_end(device)) is not None:
             _LOGGER.info("Restarting %s at the end of its conversation: %s", device.mac, why)
             if await self.async_send_json({"type": "system", "command": "reboot"}):
 
@@ -236,7 +239,7 @@ class DeviceLink(ABC):
         """``vision``: where a camera board uploads photos, with a token just for that."""
         if self.vision_url is None:
             return {}
-        return {"vision": {"url": self.vision_url, "token": self.device.async_new_vision_token()}}
+        return {"vision": {"url": self.vision_url, "token": self.device.vision_token.async_new()}}
 
     async def _async_relist(self) -> None:
         """The device says its tools changed."""

@@ -19,7 +19,8 @@ from homeassistant.util.json import JsonObjectType, JsonValueType
 import probatio as vol
 
 from .const import DEFAULT_CALL_TIMEOUT, DOMAIN
-from .device import XiaozhiDevice, tool_error
+from .device import XiaozhiDevice
+from .errors import tool_error
 from .hub import async_get_hub
 from .protocol.mcp import McpError, McpRemoteError, McpTool
 from .protocol.schema import validate

@@ -31,8 +31,10 @@ from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from . import speaker
-from .device import VoiceHandler, XiaozhiDevice, translated_error
+from .conversations import VoiceHandler
+from .device import XiaozhiDevice
 from .entity import WAITING_FOR_DEVICE, XiaozhiEntity, async_setup_device_entities, reported
+from .errors import translated_error
 from .hub import XiaozhiConfigEntry
 from .media import MediaUnreadable
 from .number import NUMBERS
@@ -131,7 +133,7 @@ class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
     def volume_level(self) -> float | None:
         """The device's volume (a setting made while it was away shows at once)."""
         pending = self.device.pending.get(VOLUME.key)
-        value = pending["value"] if pending is not None else reported(self.device.queries, VOLUME)
+        value = pending.value if pending is not None else reported(self.device.queries, VOLUME)
         return max(0.0, min(1.0, value / 100)) if isinstance(value, (int, float)) else None
 
     @property

@@ -19,6 +19,7 @@ from .device import XiaozhiDevice
 from .link import ClientInfo, DeviceLink
 from .protocol import mqtt as codec
 from .protocol.messages import ClientHello, ControlMessage, server_hello
+from .protocol.session import HelloReply
 from .protocol.udp import AudioChannel, AudioPeer, UdpError
 from .repairs import async_udp_arrived, async_udp_blocked
 
@@ -72,7 +73,10 @@ class MqttLink(DeviceLink):
         self.closing = False
         self._cancel_udp_check: CALLBACK_TYPE | None = None
         super().__init__(hass, device, client, vision_url)
-        self.session.hello_reply = self._hello_reply
+
+    def _hello_reply_builder(self) -> HelloReply:
+        """Each hello opens a conversation with its own UDP channel: the server hello names it."""
+        return self._hello_reply
 
     # -- the link ------------------------------------------------------------------------------
 

@@ -19,10 +19,12 @@ from homeassistant.core import HomeAssistant
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 from homeassistant.util import dt as dt_util
 
+from . import transport
 from .const import MAX_OTA_BODY, OTA_PATH, TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
 from .hub import XiaozhiHub, async_get_hub
 from .pairing import DeviceReport, activation_message
 from .protocol.messages import loads, normalize_mac
+from .reports import async_apply_report
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -100,10 +102,10 @@ class XiaozhiOtaView(HomeAssistantView):
         hub, mac, body = found
         hass = request.app[KEY_HASS]
         report = DeviceReport.from_request(body, request.headers)
-        if (device := hub.async_proven(mac, report)) is not None:
-            if device.async_apply_report(report, request.remote):
+        if (device := hub.admission.async_proven(mac, report)) is not None:
+            if async_apply_report(device, report, request.remote):
                 hub.entry.async_create_background_task(
-                    hass, hub.firmware.async_check(device), f"xiaozhi_local firmware check {mac}"
+                    hass, hub.firmware.catalog.async_check(device), f"xiaozhi_local firmware check {mac}"
                 )
             hub.firmware.async_reported(device, report.firmware)
             await hub.identities.async_flush()  # the token is on disk before it leaves (identities.py)
@@ -113,7 +115,7 @@ class XiaozhiOtaView(HomeAssistantView):
             }
             # With ``mqtt`` the device connects at boot and stays online (mqtt.py); it is left out
             # to send the device back to WebSocket (NVS keeps it, but only ``mqtt`` in the answer counts).
-            if (mqtt := hub.mqtt_for(device)) is not None:
+            if (mqtt := transport.mqtt_answer(hub, device)) is not None:
                 answer["mqtt"] = mqtt
             device.async_told(
                 TRANSPORT_MQTT if mqtt is not None else TRANSPORT_WEBSOCKET, follows=report.follows_answer
@@ -122,7 +124,7 @@ class XiaozhiOtaView(HomeAssistantView):
             if (firmware := hub.firmware.ota_firmware(device)) is not None:
                 answer["firmware"] = firmware
             return web.json_response(answer)
-        pending = hub.async_request_pairing(mac, report, request.remote or "")
+        pending = hub.admission.async_request_pairing(mac, report, request.remote or "")
         return web.json_response(
             {
                 "server_time": server_time(hass),
@@ -161,6 +163,6 @@ class XiaozhiActivateView(HomeAssistantView):
         identity = DeviceReport.from_request(body, request.headers).identity
         if (device := hub.devices.get(mac)) is not None and identity.proves(device.identity):
             return web.json_response({"status": "activated"})
-        if hub.pairing.touch(mac, identity):
+        if hub.admission.pairing.touch(mac, identity):
             return web.json_response({"status": "pending"}, status=202)
         return _error(404, "no pairing is pending for this device; it asks again at its next OTA check")

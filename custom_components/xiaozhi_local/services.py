@@ -17,7 +17,8 @@ from .const import (
     DOMAIN,
     SERVICE_CALL_TOOL,
 )
-from .device import DeviceOfflineError, XiaozhiDevice, tool_error, translated_error
+from .device import XiaozhiDevice
+from .errors import DeviceOfflineError, tool_error, translated_error
 from .hub import async_get_hub
 from .protocol.mcp import McpError, McpRemoteError, ToolResult
 from .protocol.schema import validate

@@ -22,7 +22,7 @@ from homeassistant.components.assist_satellite import AssistSatelliteAnnouncemen
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 
-from .device import translated_error
+from .errors import translated_error
 from .idle_media import Announcement, PcmSource
 from .link import DeviceLink
 from .media import MediaUnreadable, audio_executor, downlink_encoder, ffmpeg_pcm, full_url, tts_pcm

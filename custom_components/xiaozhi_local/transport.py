@@ -19,11 +19,12 @@ failed, say) is not restarted again until it checks.
 
 from enum import StrEnum
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from homeassistant.config_entries import ConfigEntry
 from homeassistant.core import HomeAssistant, callback
 
-from .const import TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
+from .const import CONF_MQTT, CONF_TRANSPORT, TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
 from .device import XiaozhiDevice
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class TransportState(StrEnum):
 
 def wanted(hub: XiaozhiHub, device: XiaozhiDevice) -> str:
     """The transport the device should use now (what its next OTA answer says)."""
-    return TRANSPORT_MQTT if hub.mqtt_for(device) is not None else TRANSPORT_WEBSOCKET
+    return TRANSPORT_MQTT if mqtt_answer(hub, device) is not None else TRANSPORT_WEBSOCKET
 
 
 def _follows(device: XiaozhiDevice, current: str) -> bool:
@@ -101,3 +102,49 @@ def async_follow(hass: HomeAssistant, hub: XiaozhiHub, device: XiaozhiDevice) ->
     hub.entry.async_create_background_task(
         hass, device.async_restart_quietly(), f"xiaozhi_local transport {device.mac}"
     )
+
+
+@callback
+def mqtt_answer(hub: XiaozhiHub, device: XiaozhiDevice) -> dict[str, Any] | None:
+    """The ``mqtt`` object of the device's OTA answer, or None: the device stays on WebSocket.
+
+    Only while the endpoint listens: the firmware prefers ``mqtt`` to ``websocket``, so a
+    dead endpoint would leave the device with no server at all.
+    """
+    if hub.mqtt is None or not hub.mqtt.listening or device.open:
+        return None
+    if (subentry := hub.entry.subentries.get(device.subentry_id)) is None:
+        return None  # being removed
+    choice = subentry.data.get(CONF_TRANSPORT)
+    wanted = (
+        hub.entry.options.get(CONF_MQTT, True)
+        if choice not in (TRANSPORT_MQTT, TRANSPORT_WEBSOCKET)
+        else (choice == TRANSPORT_MQTT)
+    )
+    return hub.mqtt.credentials(device, hub.device_host()) if wanted else None
+
+
+def mqtt_in_use(entry: ConfigEntry) -> bool:
+    """Whether any device may be told MQTT+UDP: the hub option, or a device's own choice."""
+    return bool(entry.options.get(CONF_MQTT, True)) or any(
+        sub.data.get(CONF_TRANSPORT) == TRANSPORT_MQTT for sub in entry.subentries.values()
+    )
+
+
+@callback
+def async_restart_at_end(device: XiaozhiDevice) -> str | None:
+    """Why a WebSocket device is restarted instead of closed as its conversation ends, or None.
+
+    The end of the conversation is the only moment Home Assistant can reach such a device: a
+    restart makes it check OTA at boot, which moves it to the transport chosen, or hands it the
+    firmware that waits for it (firmware/installer.py). Asked once: the reason is used up.
+    """
+    if device.restart_at_end:
+        device.transport_restart_sent = True
+        why = "its connection choice changed"
+    elif device.install_at_end:
+        why = "firmware waits for it"
+    else:
+        return None
+    device.restart_at_end = device.install_at_end = False
+    return why

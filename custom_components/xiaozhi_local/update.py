@@ -18,6 +18,7 @@ from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, async_setup_device_entities
+from .errors import async_error_text, async_load_translations, async_translate
 from .firmware.files import Offer, Source
 from .firmware.installer import FirmwareUpdates
 from .hub import XiaozhiConfigEntry
@@ -32,6 +33,7 @@ async def async_setup_entry(
 ) -> None:
     """A firmware entity for each device that reported its firmware at an OTA check."""
     updates = entry.runtime_data.firmware
+    await async_load_translations(hass)  # what an install waits for, in Home Assistant's language
     async_setup_device_entities(
         hass,
         entry,
@@ -59,12 +61,14 @@ class XiaozhiFirmwareUpdate(XiaozhiEntity, UpdateEntity):
         await super().async_added_to_hass()
         self.async_on_remove(self.updates.async_add_listener(self.device.mac, self.async_write_ha_state))
         self.device.async_create_task(
-            self.updates.async_check(self.device), f"xiaozhi_local firmware check {self.device.mac}", background=True
+            self.updates.catalog.async_check(self.device),
+            f"xiaozhi_local firmware check {self.device.mac}",
+            background=True,
         )
 
     @property
     def _offer(self) -> Offer | None:
-        return self.updates.latest(self.device)
+        return self.updates.catalog.latest(self.device)
 
     @property
     def installed_version(self) -> str | None:
@@ -86,9 +90,10 @@ class XiaozhiFirmwareUpdate(XiaozhiEntity, UpdateEntity):
     def release_summary(self) -> str | None:
         """What an install waits for; why the last one failed, while that is news; else the release."""
         if (waiting := self.updates.waiting_for(self.device)) is not None:
-            return waiting
+            key, placeholders = waiting
+            return async_translate(self.hass, key, **placeholders)
         if (error := self.updates.last_error.get(self.device.mac)) is not None:
-            return error
+            return async_error_text(self.hass, error)
         offer = self._offer
         return offer.summary if offer is not None else None
 
@@ -116,16 +121,18 @@ class XiaozhiFirmwareUpdate(XiaozhiEntity, UpdateEntity):
         reason of a failed install is seen there, at the top, until the next install.
         """
         offer = self._offer
-        error = self.updates.last_error.get(self.device.mac)
+        failed = self.updates.last_error.get(self.device.mac)
+        error = async_error_text(self.hass, failed) if failed is not None else None
         if offer is None:
             return f"**{error}**" if error else None
-        notes = (
-            offer.notes
-            or {
-                Source.LOCAL: f"Local file `{offer.summary}`.",
-                Source.VENDOR: "From the device vendor's update channel.",
-                Source.RELEASES: "From the firmware project's releases.",
-            }[offer.source]
+        notes = offer.notes or async_translate(
+            self.hass,
+            {
+                Source.LOCAL: "update_notes_local",
+                Source.VENDOR: "update_notes_vendor",
+                Source.RELEASES: "update_notes_releases",
+            }[offer.source],
+            file=offer.summary or "",
         )
         return f"**{error}**\n\n{notes}" if error else notes
 
@@ -135,4 +142,4 @@ class XiaozhiFirmwareUpdate(XiaozhiEntity, UpdateEntity):
 
     async def async_update(self) -> None:
         """Asked to check now (``homeassistant.update_entity``): every source, not the kept answers."""
-        await self.updates.async_check(self.device, refresh=True)
+        await self.updates.catalog.async_check(self.device, refresh=True)

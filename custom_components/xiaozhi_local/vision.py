@@ -113,7 +113,7 @@ def _device_of_vision_token(devices: Iterable[XiaozhiDevice], token: str) -> tup
     """The device whose camera token this is (checked against every one: constant time each)."""
     if token:
         for device in devices:
-            if (valid := device.async_check_vision_token(token)) is not False:
+            if (valid := device.vision_token.check(token)) is not False:
                 return device, valid
     return None, False
 
@@ -134,7 +134,7 @@ class XiaozhiVisionView(HomeAssistantView):
         token = bearer_token(request.headers.get("Authorization"))
         if mac:
             device = hub.devices.get(mac)
-            valid = device.async_check_vision_token(token) if device is not None and token else False
+            valid = device.vision_token.check(token) if device is not None and token else False
         else:
             # xiaozhi-sdk uploads without Device-Id: the short-lived token says whose photo it is.
             device, valid = _device_of_vision_token(hub.devices.values(), token)

@@ -194,7 +194,7 @@ async def _install_demo_firmware(hass: HomeAssistant, entry: MockConfigEntry, fo
         (folder / "bread-compact-wifi_2.5.0.bin").write_bytes(build_image("2.5.0", size=300_000))
 
     await hass.async_add_executor_job(put)
-    entry.runtime_data.firmware.local.folder = folder
+    entry.runtime_data.firmware.catalog.local.folder = folder
     entity = "update.kitchen_firmware"
     await hass.services.async_call("homeassistant", "update_entity", {"entity_id": entity}, blocking=True)
     await wait_entity(hass, entity, lambda s: s.attributes.get("latest_version") == "2.5.0", timeout=30)

@@ -2,7 +2,9 @@
 
 - ``files.py``: offers, the local folder (``xiaozhi_firmware/``) and what a file must be.
 - ``remote.py``: the vendor's OTA channel and the project's releases (options), fetching one.
-- ``installer.py``: ``FirmwareUpdates``, offers per device and installs (tool or OTA answer,
-  waiting, outcome).
+- ``catalog.py``: ``FirmwareCatalog``, what each device could install (every source, newest first).
+- ``jobs.py``: ``InstallJob``, one install and where it is.
+- ``installer.py``: ``FirmwareUpdates``, installs (tool or OTA answer, waiting, outcome).
+- ``downloads.py``: one-time download URLs and the image bytes they serve.
 - ``server.py``: ``XiaozhiFirmwareView``, the one-time download.
 """

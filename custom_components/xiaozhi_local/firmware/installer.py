@@ -1,4 +1,4 @@
-"""Firmware updates: what each device could install, installing it, and serving the binary.
+"""Installing firmware on a device: the install state machine (offers: catalog.py; URLs: downloads.py).
 
 A device reports its board, chip and firmware at every OTA check (``BoardFacts``); the sources
 (``files.py``, ``remote.py``) say what exists for it. Installing takes one of two paths, as the
@@ -21,46 +21,37 @@ and no later OTA answer carries firmware.
 """
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 import contextlib
-from dataclasses import dataclass, field
-from enum import StrEnum
 import logging
-from pathlib import Path
-import secrets
 from typing import TYPE_CHECKING, Any, Final
 
+from homeassistant.config_entries import ConfigEntry
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.util.hass_dict import HassKey
 
 from ..const import (
-    CONF_FIRMWARE_RELEASES,
-    CONF_FIRMWARE_RELEASES_URL,
-    CONF_FIRMWARE_VENDOR,
-    CONF_FIRMWARE_VENDOR_URL,
     DISCOVERY_TIMEOUT,
     DOMAIN,
 )
-from ..device import XiaozhiDevice, translated_error
-from ..protocol.firmware import BoardFacts, FirmwareError, is_newer, parse_version
+from ..device import XiaozhiDevice
+from ..errors import translated_error
+from ..protocol.firmware import BoardFacts, FirmwareError, is_newer
 from ..protocol.mcp import McpConnectionError, McpError, McpRemoteError, McpTimeoutError
 from ..tool_map import STATUS
+from .catalog import FirmwareCatalog
+from .downloads import Downloads
 from .files import (
-    DEFAULT_RELEASES_URL,
-    DEFAULT_VENDOR_URL,
-    LOCAL_FOLDER,
     ImageFile,
-    LocalFile,
-    LocalFolder,
     Offer,
-    Source,
     SourceUnavailable,
 )
-from .remote import ProjectReleases, VendorChannel, async_fetch
+from .jobs import InstallJob, Phase
+from .remote import async_fetch
 
 if TYPE_CHECKING:
-    from ..hub import XiaozhiHub
+    pass
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -88,186 +79,55 @@ RETURN_TIMEOUT: Final = 240.0
 """Seconds after its download a device has to come back reporting a version."""
 PROGRESS_EVERY: Final = 1.0
 """Seconds between two progress updates of an install's entity."""
-LOCAL_SCAN_EVERY: Final = 30.0
-"""Seconds the local folder's listing is reused (a refresh reads it again at once)."""
-
-
-class Phase(StrEnum):
-    """Where an install is."""
-
-    WAITING = "waiting"
-    """For the device: a conversation turn to end, or to come online."""
-    STARTING = "starting"
-    """Told; the device has not started its download yet."""
-    DOWNLOADING = "downloading"
-    REBOOTING = "rebooting"
-    """Downloaded; until the device is back with a version."""
-
-
-@dataclass(eq=False)
-class InstallJob:
-    """One install on one device."""
-
-    device: XiaozhiDevice
-    offer: Offer
-    image: ImageFile
-    force: bool
-    phase: Phase = Phase.WAITING
-    via_ota: bool = False
-    """The device is told by its OTA answer (not its tool): the answer carries ``firmware`` now."""
-    url: str | None = None
-    sent: int = 0
-    started: asyncio.Event = field(default_factory=asyncio.Event)
-    finished: asyncio.Event = field(default_factory=asyncio.Event)
-    """The download ended, completely or not (``interrupted`` says)."""
-    interrupted: str | None = None
-    returned: asyncio.Future[str] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-    """The version the device reports once it is back after its download."""
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    """Something the waiting install may care about (connected, idle, cancelled)."""
-    cancelled: bool = False
-    shown: float = 0.0
-    """When the entity last showed a new percentage (loop time)."""
-    tool_call: asyncio.Task[None] | None = None
-    """``self.upgrade_firmware`` under way (cancelled with the install: no call outlives it)."""
-
-    @property
-    def version(self) -> str:
-        """The version being installed."""
-        return self.offer.version
-
-    @property
-    def percentage(self) -> int | None:
-        """Bytes the device has read so far, in percent; None before and after the download."""
-        if self.phase is not Phase.DOWNLOADING:
-            return None
-        return min(100, self.sent * 100 // max(1, self.image.image.size))
-
-
-@dataclass(eq=False)
-class Download:
-    """A one-time URL for one device's binary (only the address the device last came from may fetch it)."""
-
-    job: InstallJob
-    expires: float
 
 
 class FirmwareUpdates:
     """Offers and installs of every device of the hub."""
 
-    def __init__(self, hass: HomeAssistant, hub: XiaozhiHub) -> None:
+    def __init__(
+        self,
+        hass: HomeAssistant,
+        entry: ConfigEntry,
+        devices: Callable[[], Mapping[str, XiaozhiDevice]],
+        url_of: Callable[[str], str],
+    ) -> None:
+        """``devices``: the hub's, by MAC; ``url_of``: where devices fetch a download token's image."""
         self.hass = hass
-        self.hub = hub
-        self.local = LocalFolder(Path(hass.config.path(LOCAL_FOLDER)))
-        self.cache = Path(hass.config.cache_path(DOMAIN, "firmware"))
-        self.vendor: VendorChannel | None = None
-        self.releases: ProjectReleases | None = None
-        self.offers: dict[str, list[Offer]] = {}
-        """By MAC: what the sources offered at the last check (newest first)."""
+        self._entry = entry
+        self._devices = devices
+        self.catalog = FirmwareCatalog(hass, entry.entry_id, devices, self._notify)
+        self.downloads = Downloads(hass, url_of)
         self.jobs: dict[str, InstallJob] = {}
-        self.last_error: dict[str, str] = {}
+        self.last_error: dict[str, HomeAssistantError] = {}
         """By MAC: why the last install failed (shown on the entity until the next one, or until the
         device reports another version than it ran then)."""
         self._failed_on: dict[str, str | None] = {}
         """By MAC: the version the device ran when its last install failed."""
-        self._downloads: dict[str, Download] = {}
-        self._data: dict[str, tuple[bytes, int]] = {}  # one copy of each image being served, by SHA-256
-        self.images_read = 0  # times an image was read from disk to be served (diagnostics, tests)
-        self._reading: dict[str, asyncio.Lock] = {}
         self._listeners: dict[str, list[Callable[[], None]]] = {}
-        self._files: list[LocalFile] = []
-        self._scanned = -LOCAL_SCAN_EVERY
-        self._scan_lock = asyncio.Lock()
 
     # -- configuration and listeners ----------------------------------------------------------
 
     @callback
-    def async_configure(self, options: dict[str, Any]) -> None:
-        """The sources the hub options turn on (off unless the user turned them on)."""
-        vendor_url = (options.get(CONF_FIRMWARE_VENDOR_URL) or "").strip() or DEFAULT_VENDOR_URL
-        if not options.get(CONF_FIRMWARE_VENDOR, False):
-            self.vendor = None
-        elif self.vendor is None or self.vendor.url != vendor_url:
-            self.vendor = VendorChannel(self.hass, vendor_url, self.hub.entry.entry_id)
-        releases_url = (options.get(CONF_FIRMWARE_RELEASES_URL) or "").strip() or DEFAULT_RELEASES_URL
-        if not options.get(CONF_FIRMWARE_RELEASES, False):
-            self.releases = None
-        elif self.releases is None or self.releases.url != releases_url:
-            self.releases = ProjectReleases(self.hass, releases_url)
-
-    @callback
     def async_add_listener(self, mac: str, listener: Callable[[], None]) -> CALLBACK_TYPE:
         """Be told when a device's offers or install change."""
-        self._listeners.setdefault(mac, []).append(listener)
-        return lambda: self._listeners[mac].remove(listener)
+        listeners = self._listeners.setdefault(mac, [])
+        listeners.append(listener)
+
+        @callback
+        def remove() -> None:
+            if listener in listeners:
+                listeners.remove(listener)
+            if not listeners and self._listeners.get(mac) is listeners:
+                del self._listeners[mac]
+
+        return remove
 
     @callback
     def _notify(self, mac: str) -> None:
         for listener in list(self._listeners.get(mac, ())):
             listener()
 
-    # -- offers -------------------------------------------------------------------------------
-
-    def latest(self, device: XiaozhiDevice) -> Offer | None:
-        """The newest offer newer than what the device runs; None when it is up to date."""
-        facts = device.facts
-        offers = self.offers.get(device.mac, [])
-        if facts is None or not offers or not is_newer(facts.version, offers[0].version):
-            return None
-        return offers[0]
-
-    async def async_check(self, device: XiaozhiDevice, *, refresh: bool = False) -> None:
-        """Ask every source what exists for the device (remote answers are kept for hours).
-
-        A source that cannot answer leaves its earlier offers as they were (logged once by the
-        source); the others still count.
-        """
-        facts = device.facts
-        if facts is None:
-            return
-        previous = self.offers.get(device.mac, [])
-        offers = self.local.offers(await self._async_local_files(refresh=refresh), facts)
-        for source, kind in ((self.vendor, Source.VENDOR), (self.releases, Source.RELEASES)):
-            if source is None:
-                continue
-            try:
-                offers += await source.async_offers(facts, refresh=refresh)
-            except SourceUnavailable:
-                offers += [offer for offer in previous if offer.source is kind]
-        if device.facts != facts:
-            return  # the device reported again meanwhile: that check counts
-        offers.sort(key=lambda offer: parse_version(offer.version) or (), reverse=True)
-        self.offers[device.mac] = offers
-        self._notify(device.mac)
-
-    async def async_check_all(self) -> None:
-        """Every device with known firmware, one after another (the sources keep their answers)."""
-        for device in list(self.hub.devices.values()):
-            if device.facts is not None:
-                await self.async_check(device)
-
-    async def _async_local_files(self, *, refresh: bool) -> list[LocalFile]:
-        async with self._scan_lock:
-            now = self.hass.loop.time()
-            if refresh or now - self._scanned >= LOCAL_SCAN_EVERY:
-                self._files = await self.hass.async_add_executor_job(self.local.scan)
-                self._scanned = now
-            return self._files
-
     # -- installing -------------------------------------------------------------------------
-
-    def _choose(self, device: XiaozhiDevice, facts: BoardFacts, version: str | None) -> Offer:
-        """The offer to install: the latest, or the version asked for (older only from a local file)."""
-        if version is None:
-            if (offer := self.latest(device)) is None:
-                raise translated_error("update_none", device=device.name)
-            return offer
-        offer = next((o for o in self.offers.get(device.mac, []) if o.version == version), None)
-        if offer is None:
-            raise translated_error("update_unknown_version", device=device.name, version=version)
-        if not is_newer(facts.version, offer.version) and offer.source is not Source.LOCAL:
-            raise translated_error("update_no_downgrade", device=device.name, version=version)
-        return offer
 
     def _check_battery(self, device: XiaozhiDevice) -> None:
         status = device.queries.get(STATUS)
@@ -297,9 +157,10 @@ class FirmwareUpdates:
         try:
             await self._async_install(device, version)
         except HomeAssistantError as err:
-            self.last_error[device.mac] = str(err)
-            self._failed_on[device.mac] = device.facts.version if device.facts is not None else None
-            self._notify(device.mac)
+            if self._devices().get(device.mac) is device:  # not removed meanwhile (then it is no news)
+                self.last_error[device.mac] = err
+                self._failed_on[device.mac] = device.facts.version if device.facts is not None else None
+                self._notify(device.mac)
             _LOGGER.warning("Firmware was not installed on %s: %s", device.name, err)
             raise
 
@@ -307,7 +168,7 @@ class FirmwareUpdates:
         facts = device.facts
         if facts is None:
             raise translated_error("update_unknown_device", device=device.name)
-        offer = self._choose(device, facts, version)
+        offer = self.catalog.choose(device, facts, version)
         self._check_battery(device)
         image = await self._async_image(device, offer, facts)
         if device.mac in self.jobs:  # another install started while this one fetched its image
@@ -330,10 +191,12 @@ class FirmwareUpdates:
         try:
             if offer.path is not None and offer.image is not None:
                 # The file may have changed since it was offered (read again only then).
-                image = await self.hass.async_add_executor_job(self.local.current, offer.path, offer.image.sha256)
+                image = await self.hass.async_add_executor_job(
+                    self.catalog.local.current, offer.path, offer.image.sha256
+                )
                 facts.check(image, offer.version)
                 return ImageFile(offer.path, image)
-            return await async_fetch(self.hass, offer, facts, self.cache)
+            return await async_fetch(self.hass, offer, facts, self.catalog.cache)
         except (FirmwareError, OSError) as err:
             raise translated_error("update_image_refused", device=device.name, reason=str(err)) from None
         except SourceUnavailable as err:
@@ -342,7 +205,7 @@ class FirmwareUpdates:
     async def _async_run(self, job: InstallJob) -> None:
         device = job.device
         await self._async_tell(job)
-        await self._async_wait(job, job.finished, None, lambda: self._not_fetched(job))
+        await job.async_wait(job.finished, None, lambda: self._not_fetched(job))
         if job.interrupted is not None:
             await self._async_recover(job)
             raise translated_error(
@@ -373,28 +236,26 @@ class FirmwareUpdates:
         deadline = self.hass.loop.time() + OFFLINE_WAIT
         while not job.started.is_set():
             await self._async_until_idle(job)
-            url = self._url_for(job, deadline)
+            url = self.downloads.url_for(job, deadline)
             if device.connected and UPGRADE_TOOL in device.tools and not job.via_ota:
                 job.phase = Phase.STARTING
                 self._notify(device.mac)
                 self._call_tool(job, url)
-                await self._async_wait(job, job.started, FETCH_TIMEOUT, lambda: self._not_fetched(job))
+                await job.async_wait(job.started, FETCH_TIMEOUT, lambda: self._not_fetched(job))
                 return
             job.via_ota = True  # the next OTA answer carries it
             if device.connected:
                 job.phase = Phase.STARTING
                 self._notify(device.mac)
                 await device.async_restart_quietly()
-                await self._async_wait(job, job.started, BOOT_FETCH_TIMEOUT, lambda: self._not_fetched(job))
+                await job.async_wait(job.started, BOOT_FETCH_TIMEOUT, lambda: self._not_fetched(job))
                 return
             # Away (per conversation), or off (always connected): until it boots (its OTA answer
             # carries the firmware) or connects (then it is told).
             job.phase = Phase.WAITING
             self._notify(device.mac)
             remaining = deadline - self.hass.loop.time()
-            await self._async_wait(
-                job, job.started, remaining, lambda: self._not_fetched(job), until=lambda: device.connected
-            )
+            await job.async_wait(job.started, remaining, lambda: self._not_fetched(job), until=lambda: device.connected)
             if job.started.is_set():
                 return
             # It connected before it was restarted: a conversation. Its tools first; a moment for
@@ -402,7 +263,7 @@ class FirmwareUpdates:
             with contextlib.suppress(McpError):
                 await device.async_wait_ready(DISCOVERY_TIMEOUT)
             with contextlib.suppress(HomeAssistantError):
-                await self._async_wait(job, None, CONNECT_GRACE, HomeAssistantError, until=lambda: _busy(device))
+                await job.async_wait(None, CONNECT_GRACE, HomeAssistantError, until=lambda: _busy(device))
             link = device.connection
             if link is not None and link.conversation_is_connection and _busy(device):
                 # Over WebSocket Home Assistant ends a conversation by closing the socket, before a
@@ -410,8 +271,7 @@ class FirmwareUpdates:
                 # its boot carries the firmware (as a transport switch does, link.py).
                 device.install_at_end = True
                 try:
-                    await self._async_wait(
-                        job,
+                    await job.async_wait(
                         job.started,
                         deadline - self.hass.loop.time(),
                         lambda: self._not_fetched(job),
@@ -429,8 +289,7 @@ class FirmwareUpdates:
             return
         job.phase = Phase.WAITING
         self._notify(device.mac)
-        await self._async_wait(
-            job,
+        await job.async_wait(
             None,
             BUSY_TIMEOUT,
             lambda: translated_error("update_busy", device=device.name),
@@ -461,41 +320,9 @@ class FirmwareUpdates:
                     return
             job.changed.set()
 
-        job.tool_call = self.hub.entry.async_create_background_task(
+        job.tool_call = self._entry.async_create_background_task(
             self.hass, call(), f"xiaozhi_local upgrade {device.mac}"
         )
-
-    async def _async_wait(
-        self,
-        job: InstallJob,
-        event: asyncio.Event | None,
-        timeout: float | None,
-        expired: Callable[[], HomeAssistantError],
-        *,
-        until: Callable[[], bool] | None = None,
-    ) -> None:
-        """Until ``event`` is set or ``until()`` holds; raises ``expired()`` on timeout."""
-        loop = self.hass.loop
-        deadline = None if timeout is None else loop.time() + timeout
-        while not (event is not None and event.is_set()) and not (until is not None and until()):
-            if job.cancelled:
-                raise translated_error("update_cancelled", device=job.device.name)
-            if job.interrupted is not None and event is not job.finished:
-                raise translated_error(
-                    "update_device_refused", device=job.device.name, version=job.version, reason=job.interrupted
-                )
-            left = None if deadline is None else deadline - loop.time()
-            if left is not None and left <= 0:
-                raise expired()
-            job.changed.clear()
-            waiters = {asyncio.ensure_future(job.changed.wait())}
-            if event is not None:
-                waiters.add(asyncio.ensure_future(event.wait()))
-            try:
-                await asyncio.wait(waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in waiters:
-                    waiter.cancel()
 
     async def _async_recover(self, job: InstallJob) -> None:
         """A failed flash can leave the firmware in its "upgrading" state: restart it if it is here."""
@@ -504,20 +331,10 @@ class FirmwareUpdates:
             await job.device.async_restart_quietly()
 
     @callback
-    def _url_for(self, job: InstallJob, deadline: float) -> str:
-        """The job's one-time URL (made once; valid until the download starts or ``deadline``)."""
-        if job.url is None:
-            token = secrets.token_urlsafe(24)
-            self._downloads[token] = Download(job, deadline)
-            job.url = self.hub.firmware_url(token)
-        return job.url
-
-    @callback
     def _disarm(self, job: InstallJob) -> None:
         """No URL of the job's is valid any more, no OTA answer carries it."""
         job.via_ota = False
-        for token in [t for t, d in self._downloads.items() if d.job is job]:
-            del self._downloads[token]
+        self.downloads.disarm(job)
 
     @callback
     def _end(self, job: InstallJob) -> None:
@@ -529,6 +346,17 @@ class FirmwareUpdates:
         if not job.returned.done():
             job.returned.cancel()
         self._notify(job.device.mac)
+
+    @callback
+    def async_forget(self, mac: str) -> None:
+        """The device was removed: its install ends, and nothing of it is kept (offers, errors, listeners)."""
+        if (job := self.jobs.get(mac)) is not None:
+            job.cancelled = True
+            job.changed.set()
+        self.catalog.offers.pop(mac, None)
+        self.last_error.pop(mac, None)
+        self._failed_on.pop(mac, None)
+        self._listeners.pop(mac, None)
 
     @callback
     def async_cancel_all(self) -> None:
@@ -568,59 +396,13 @@ class FirmwareUpdates:
             self._failed_on.pop(device.mac, None)
             self._notify(device.mac)
 
-    def waiting_for(self, device: XiaozhiDevice) -> str | None:
-        """What the device's install waits for, said on its entity; None when it does not wait."""
+    def waiting_for(self, device: XiaozhiDevice) -> tuple[str, dict[str, str]] | None:
+        """What the device's install waits for (a message key of strings.json and its placeholders)."""
         job = self.jobs.get(device.mac)
         if job is None or job.phase is not Phase.WAITING:
             return None
-        if device.connected:
-            return f"Waiting for the conversation on {device.name} to end, then firmware {job.version} is installed."
-        return f"Waiting for {device.name}: it gets firmware {job.version} at its next start or conversation."
-
-    def take(self, token: str, address: str | None) -> InstallJob | None:
-        """The job whose one-time URL this is, for the device it was made for; None otherwise."""
-        download = self._downloads.get(token)
-        if download is None:
-            return None
-        if download.expires <= self.hass.loop.time():
-            del self._downloads[token]
-            return None
-        # Where the device last reached us from: its connection, or the OTA check of the boot that
-        # fetches now (read at the fetch: an install that waited for a reboot sees the new address).
-        expected = download.job.device.address
-        if expected is not None and address != expected:
-            _LOGGER.warning(
-                "Refused a firmware download of %s from %s: the URL was made for the device at %s",
-                download.job.device.name,
-                address,
-                expected,
-            )
-            return None
-        del self._downloads[token]
-        return download.job
-
-    async def async_data(self, job: InstallJob) -> bytes:
-        """The image's bytes: one copy however many devices fetch it (released after the last)."""
-        key = job.image.image.sha256
-        async with self._reading.setdefault(key, asyncio.Lock()):  # downloads starting together read it once
-            if key not in self._data:
-                self._data[key] = (await self.hass.async_add_executor_job(_read_image, job.image), 0)
-                self.images_read += 1
-            data, users = self._data[key]
-            self._data[key] = (data, users + 1)
-        return data
-
-    @callback
-    def release_data(self, job: InstallJob) -> None:
-        """A download of the image ended."""
-        key = job.image.image.sha256
-        data, users = self._data[key]
-        if users <= 1:
-            del self._data[key]
-            if (lock := self._reading.get(key)) is not None and not lock.locked():
-                del self._reading[key]
-        else:
-            self._data[key] = (data, users - 1)
+        key = "update_waiting_conversation" if device.connected else "update_waiting_start"
+        return key, {"device": device.name, "version": job.version}
 
     @callback
     def async_downloading(self, job: InstallJob) -> None:
@@ -653,25 +435,15 @@ class FirmwareUpdates:
             "facts": device.facts.as_dict() if device.facts is not None else None,
             "offers": [
                 {"version": offer.version, "source": offer.source, "summary": offer.summary}
-                for offer in self.offers.get(device.mac, [])
+                for offer in self.catalog.offers.get(device.mac, [])
             ],
             "install": None
             if job is None
             else {"version": job.version, "phase": job.phase, "percentage": job.percentage, "via_ota": job.via_ota},
-            "last_error": self.last_error.get(device.mac),
+            "last_error": str(error) if (error := self.last_error.get(device.mac)) is not None else None,
         }
 
 
 def _busy(device: XiaozhiDevice) -> bool:
     """Whether a conversation turn, a reply or an announcement runs on the device now."""
     return device.voice is not None and device.voice.busy
-
-
-def _read_image(image: ImageFile) -> bytes:
-    """Blocking: the app image's bytes (a flash image's app partition, or the whole file)."""
-    with image.path.open("rb") as stream:
-        stream.seek(image.image.offset)
-        data = stream.read(image.image.size)
-    if len(data) != image.image.size:
-        raise OSError(f"{image.path} is shorter than when it was checked")
-    return data

@@ -76,11 +76,11 @@ class XiaozhiFirmwareView(HomeAssistantView):
     async def get(self, request: web.Request, token: str) -> web.StreamResponse:
         """200 with a Content-Length (the firmware refuses a body without one), in chunks."""
         updates = request.app[KEY_HASS].data.get(DATA_FIRMWARE)
-        job = updates.take(token, request.remote) if updates is not None else None
+        job = updates.downloads.take(token, request.remote) if updates is not None else None
         if updates is None or job is None:
             raise web.HTTPNotFound
         try:
-            data = await updates.async_data(job)
+            data = await updates.downloads.async_data(job)
         except OSError as err:
             job.interrupted = f"the image could not be read: {err}"
             job.finished.set()
@@ -103,7 +103,7 @@ class XiaozhiFirmwareView(HomeAssistantView):
                 sending.progress(len(data))
             raise
         finally:
-            updates.release_data(job)
+            updates.downloads.release_data(job)
             job.finished.set()
             job.changed.set()
         return sending.response

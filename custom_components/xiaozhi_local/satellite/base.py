@@ -30,8 +30,9 @@ from ..const import (
     CONF_IDLE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
 )
-from ..device import XiaozhiDevice, translated_error
+from ..device import XiaozhiDevice
 from ..entity import XiaozhiEntity
+from ..errors import translated_error
 from ..hub import XiaozhiConfigEntry
 from ..link import DeviceLink
 from ..media import tts_pcm

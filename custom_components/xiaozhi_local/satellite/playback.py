@@ -19,7 +19,7 @@ from homeassistant.core import callback
 from homeassistant.exceptions import HomeAssistantError
 
 from .. import speaker
-from ..device import translated_error
+from ..errors import translated_error
 from ..idle_media import Announcement
 from ..link import DeviceLink
 from ..media import MediaUnreadable
