@@ -109,6 +109,10 @@ async def test_settings_made_while_away_reach_the_device_at_boot(
     await wait_settled(xdev)
     await device.drop()  # powered off
     await wait_for(xdev, lambda d: d.connection is None)
+    # What it reported is stale now (unavailable); its settings still take a value that waits.
+    assert hass.states.get("sensor.kitchen_battery").state == "unavailable"  # type: ignore[union-attr]
+    assert hass.states.get("binary_sensor.kitchen_charging").state == "unavailable"  # type: ignore[union-attr]
+    assert hass.states.get("binary_sensor.kitchen_connected").state == "off"  # type: ignore[union-attr]
     await hass.services.async_call(
         "number", "set_value", {"entity_id": "number.kitchen_volume", "value": 21}, blocking=True
     )
@@ -118,6 +122,7 @@ async def test_settings_made_while_away_reach_the_device_at_boot(
     await wait_settled(xdev)
     assert device.state.volume == 21
     assert not xdev.pending
+    assert hass.states.get("sensor.kitchen_battery").state not in ("unavailable", "unknown")  # type: ignore[union-attr]
 
 
 async def test_voice_turn_over_udp(hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:

@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.device_registry import DeviceInfo
@@ -85,6 +85,17 @@ class XiaozhiValueEntity(XiaozhiEntity):
     """An entity showing a value from a query tool's result."""
 
     entity_description: XiaozhiValueDescription
+    takes_settings_while_away: ClassVar[bool] = False
+    """A setting: it stays available while its device is off, and the value set waits for the device."""
+
+    @property
+    def available(self) -> bool:
+        """What an always-connected device that is off reported is stale: unavailable (settings aside).
+
+        A device that connects per conversation (WebSocket) is away between conversations by
+        design: its last values stay, as they are still what it has.
+        """
+        return super().available and (self.takes_settings_while_away or not self.device.off)
 
     @property
     def reported_value(self) -> Any:
@@ -96,7 +107,7 @@ class XiaozhiValueEntity(XiaozhiEntity):
     def shown_value(self) -> Any:
         """A setting made while the device was away, else what the device reported."""
         pending = self.device.pending.get(self.entity_description.key)
-        return pending["value"] if pending is not None else self.reported_value
+        return pending.value if pending is not None else self.reported_value
 
     @property
     def extra_state_attributes(self) -> dict[str, Any] | None:

@@ -47,6 +47,8 @@ async def async_setup_entry(
 class XiaozhiLight(XiaozhiValueEntity, LightEntity):
     """An on/off light."""
 
+    takes_settings_while_away = True
+
     entity_description: XiaozhiLightDescription
     _attr_color_mode = ColorMode.ONOFF
     _attr_supported_color_modes = {ColorMode.ONOFF}  # noqa: RUF012

@@ -64,6 +64,8 @@ async def async_setup_entry(
 class XiaozhiNumber(XiaozhiValueEntity, NumberEntity):
     """A setting with a range."""
 
+    takes_settings_while_away = True
+
     entity_description: XiaozhiNumberDescription
 
     @property

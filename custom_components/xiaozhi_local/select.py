@@ -81,6 +81,8 @@ class XiaozhiVadSelect(VadSensitivitySelect):
 class XiaozhiSelect(XiaozhiValueEntity, SelectEntity):
     """A setting with fixed options."""
 
+    takes_settings_while_away = True
+
     entity_description: XiaozhiSelectDescription
 
     @property
