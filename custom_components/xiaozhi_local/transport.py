@@ -116,12 +116,12 @@ def mqtt_answer(hub: XiaozhiHub, device: XiaozhiDevice) -> dict[str, Any] | None
     if (subentry := hub.entry.subentries.get(device.subentry_id)) is None:
         return None  # being removed
     choice = subentry.data.get(CONF_TRANSPORT)
-    wanted = (
+    on_mqtt = (
         hub.entry.options.get(CONF_MQTT, True)
         if choice not in (TRANSPORT_MQTT, TRANSPORT_WEBSOCKET)
         else (choice == TRANSPORT_MQTT)
     )
-    return hub.mqtt.credentials(device, hub.device_host()) if wanted else None
+    return hub.mqtt.credentials(device, hub.device_host()) if on_mqtt else None
 
 
 def mqtt_in_use(entry: ConfigEntry) -> bool:
