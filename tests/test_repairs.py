@@ -77,6 +77,21 @@ async def test_wrong_token_repeated(
     assert issue(hass, issue_id) is None
 
 
+async def test_a_removed_device_leaves_no_repair_behind(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> None:
+    """Its wrong-token issue named a device that no longer exists: removed with it."""
+    issue_id = f"{repairs.ISSUE_WRONG_TOKEN}_{MAC}"
+    for _ in range(repairs.WRONG_TOKEN_LIMIT):
+        await client.get(WS_PATH, headers={"Authorization": "Bearer old-token", "Device-Id": MAC})
+    await hass.async_block_till_done()
+    assert issue(hass, issue_id) is not None
+    subentry = next(sub for sub in setup_integration.subentries.values() if sub.unique_id == MAC)
+    hass.config_entries.async_remove_subentry(setup_integration, subentry.subentry_id)
+    await hass.async_block_till_done()
+    assert issue(hass, issue_id) is None
+
+
 async def test_a_wrong_token_for_a_paired_mac_costs_what_an_unknown_mac_costs(
     hass: HomeAssistant, client: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

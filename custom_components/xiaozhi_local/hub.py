@@ -33,7 +33,7 @@ from .firmware.remote import CHECK_EVERY as FIRMWARE_CHECK_EVERY
 from .idle_media import AnnouncementStore
 from .link import DeviceLink
 from .mqtt import MqttEndpoint
-from .repairs import async_mqtt_port
+from .repairs import async_mqtt_port, async_token_accepted
 from .storage import HubStorage
 from .urls import firmware_url, notify_url, vision_url, websocket_url
 
@@ -98,6 +98,7 @@ class XiaozhiHub:
             self._by_device_id.pop(gone.device_id, None)
             self.storage.async_forget(mac)
             self.firmware.async_forget(mac)
+            async_token_accepted(self.hass, mac)  # nothing of it to repair any more
             _LOGGER.info("Device %s was removed", mac)
             if gone.connection is not None:
                 self.entry.async_create_task(self.hass, gone.connection.async_close("device removed"))

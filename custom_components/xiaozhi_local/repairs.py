@@ -109,7 +109,7 @@ def async_wrong_token(hass: HomeAssistant, mac: str, name: str, refusals: int) -
 
 @callback
 def async_token_accepted(hass: HomeAssistant, mac: str) -> None:
-    """The device got in: its wrong-token issue, if any, is over."""
+    """The device got in, or it was removed: its wrong-token issue, if any, is over."""
     ir.async_delete_issue(hass, DOMAIN, f"{ISSUE_WRONG_TOKEN}_{mac}")
 
 
