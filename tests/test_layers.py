@@ -110,3 +110,13 @@ def test_no_import_circle_inside_the_integration() -> None:
 
     circles = [circle for name in graph if (circle := reaches(name, name))]
     assert not circles, " → ".join(circles[0])
+
+
+MAX_MODULE_LINES = 450
+"""A module past this many lines does more than one job (split it by job, see docs/architecture.md)."""
+
+
+def test_no_module_is_over_450_lines() -> None:
+    sizes = {str(path.relative_to(COMPONENT)): len(path.read_text().splitlines()) for path in COMPONENT.rglob("*.py")}
+    assert len(sizes) > 40  # the walk found the package
+    assert {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}

@@ -53,7 +53,7 @@ class XiaozhiHub:
         self._by_device_id: dict[str, XiaozhiDevice] = {}
         self.connections: set[DeviceLink] = set()  # every open link (sockets before their hello too)
         self.mqtt: MqttEndpoint | None = None  # the always-connected transport, while it listens
-        self.announcements = AnnouncementStore(hass)  # for idle devices that play them (firmware 2.5)
+        self.announcements = AnnouncementStore(hass, self.notify_url)  # for idle devices that play them (firmware 2.5)
         self.firmware = FirmwareUpdates(hass, entry, lambda: self.devices, self.firmware_url)
         self.firmware.catalog.async_configure(dict(entry.options))
         self.stopping = False  # unloading, or Home Assistant stopping: no new connections

@@ -67,13 +67,15 @@ class Announcement:
 class AnnouncementStore:
     """Announcements by token, bounded in number and time."""
 
-    def __init__(self, hass: HomeAssistant) -> None:
+    def __init__(self, hass: HomeAssistant, url_of: Callable[[str], str]) -> None:
+        """``url_of``: where a device fetches the announcement of a token."""
         self.hass = hass
+        self._url_of = url_of
         self._waiting: dict[str, Announcement] = {}
 
     @callback
     def add(self, sources: list[PcmSource], address: str | None = None) -> tuple[str, Announcement]:
-        """A new announcement for the device at ``address``; returns its token (the last part of its URL)."""
+        """A new announcement for the device at ``address``: its one-time URL, and it."""
         now = self.hass.loop.time()
         for token in [t for t, a in self._waiting.items() if a.expires <= now]:
             self._waiting.pop(token).played.set()
@@ -81,7 +83,7 @@ class AnnouncementStore:
             self._waiting.pop(next(iter(self._waiting))).played.set()
         token = secrets.token_urlsafe(24)
         announcement = self._waiting[token] = Announcement(sources, now + NOTIFY_TTL, address)
-        return token, announcement
+        return self._url_of(token), announcement
 
     @callback
     def take(self, token: str, address: str | None) -> Announcement | None:

@@ -186,7 +186,7 @@ class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
         if connection.audio_open:
             playing: Coroutine[Any, Any, None] = speaker.async_speak(self.hass, connection, source, lambda: title)
         else:
-            waiting = await speaker.async_notify(entry.runtime_data, connection, [lambda: source], title)
+            waiting = await speaker.async_notify(entry.runtime_data.announcements, connection, [lambda: source], title)
             if waiting is None:
                 await source.aclose()
                 raise translated_error("media_not_fetched", device=self.device.name)

@@ -16,14 +16,14 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 import contextlib
 import logging
 import math
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 from homeassistant.components.assist_satellite import AssistSatelliteAnnouncement
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 
 from .errors import translated_error
-from .idle_media import Announcement, PcmSource
+from .idle_media import Announcement, AnnouncementStore, PcmSource
 from .link import DeviceLink
 from .media import MediaUnreadable, audio_executor, downlink_encoder, ffmpeg_pcm, full_url, tts_pcm
 from .protocol import voice
@@ -31,9 +31,6 @@ from .protocol.pacing import Pacer
 from .protocol.pcm import AudioError
 from .protocol.sentences import split_sentences
 from .protocol.voice import speech_seconds
-
-if TYPE_CHECKING:
-    from .hub import XiaozhiHub
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -150,16 +147,16 @@ def announcement_sources(hass: HomeAssistant, announcement: AssistSatelliteAnnou
 
 
 async def async_notify(
-    hub: XiaozhiHub, connection: DeviceLink, sources: list[PcmSource], text: str
+    announcements: AnnouncementStore, connection: DeviceLink, sources: list[PcmSource], text: str
 ) -> Announcement | None:
     """``notify`` (firmware 2.5): the device told, and fetching it; its ``played`` is set at the end.
 
     None when the device did not fetch it in time (busy: it ignores ``notify`` then, or it cannot
     reach the URL) or could not be told.
     """
-    token, waiting = hub.announcements.add(sources, connection.device.address)
+    url, waiting = announcements.add(sources, connection.device.address)
     subtitles = [{"start_ms": 0, "text": text}] if text else []
-    if not await connection.async_send_json(voice.notify(hub.notify_url(token), subtitles)):
+    if not await connection.async_send_json(voice.notify(url, subtitles)):
         return None
     try:
         async with asyncio.timeout(NOTIFY_FETCH_TIMEOUT):
@@ -234,18 +231,20 @@ async def async_open_media(hass: HomeAssistant, url: str) -> OpenedMedia:
     return OpenedMedia(first, source)
 
 
-async def async_speak_idle(hub: XiaozhiHub, connection: DeviceLink, sources: list[PcmSource], text: str) -> None:
+async def async_speak_idle(
+    announcements: AnnouncementStore, connection: DeviceLink, sources: list[PcmSource], text: str
+) -> None:
     """An announcement for a device without a channel: ``notify`` where it plays it, else an ``alert``.
 
     ``text`` is shown with the sound, or in the alert. Media without text that cannot be played
     fails with the reason (an alert would have nothing to show but an address).
     """
-    if connection.device.plays_notify and (waiting := await async_notify(hub, connection, sources, text)):
+    if connection.device.plays_notify and (waiting := await async_notify(announcements, connection, sources, text)):
         await async_until_played(waiting)
         return
     if not text:  # media only, not fetched: nothing to show instead (never its URL)
         raise translated_error("media_not_fetched", device=connection.device.name)
-    status = "通知" if hub.hass.config.language.lower().startswith("zh") else "Announcement"
+    status = "通知" if announcements.hass.config.language.lower().startswith("zh") else "Announcement"
     sent = await connection.async_send_json(voice.alert(text, status=status, emotion=voice.EMOTION_ANSWER))
     _LOGGER.info(
         "Device %s is idle: the announcement %s as an alert (its text and a sound, not spoken: %s)",

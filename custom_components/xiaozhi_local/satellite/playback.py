@@ -132,7 +132,7 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
                 # an alert, and a 2.4 device plays nothing while idle. Say why (not its URL).
                 raise translated_error("media_no_channel", device=self.device.name)
             await speaker.async_speak_idle(
-                self._config_entry().runtime_data, connection, sources, announcement.message or ""
+                self._config_entry().runtime_data.announcements, connection, sources, announcement.message or ""
             )
             return
         run = Run(connection)
@@ -197,7 +197,9 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
             )
             self.device.async_link_changed()
             return
-        waiting = await speaker.async_notify(self._config_entry().runtime_data, connection, [lambda: source], title)
+        waiting = await speaker.async_notify(
+            self._config_entry().runtime_data.announcements, connection, [lambda: source], title
+        )
         if waiting is None:
             await source.aclose()
             raise translated_error("media_not_fetched", device=self.device.name)
