@@ -19,6 +19,7 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import DEFAULT_SILENCE_TIMEOUT
+from custom_components.xiaozhi_local.device import XiaozhiDevice
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.mqtt import MqttDevice
@@ -421,3 +422,68 @@ async def test_deleting_the_hub_deletes_what_it_wrote(
     assert not {key for key in hass_storage if key.startswith(f"{DOMAIN}.{entry_id}")}
     assert not await hass.async_add_executor_job(Path(hass.config.cache_path(DOMAIN)).exists)
     assert await hass.async_add_executor_job((mine / "bread-compact-wifi_2.5.1.bin").exists)
+
+
+async def quiet(xdev: XiaozhiDevice) -> None:
+    """Its connect-time round is over and no call is in flight (the moved clock may start a status read)."""
+    link = await xdev.async_wait_ready(5)
+    await link.settled.wait()
+    await until(lambda: link.session.mcp.pending_count == 0)
+
+
+async def test_the_satellite_switched_off_and_on_again(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, client: TestClient[Any, Any], clock: Clock
+) -> None:
+    """The user disables the Assist satellite and enables it again, several times, with the device
+    always connected: while it is off the device's wake finds nobody (and nothing breaks); once it
+    is on again, the device is answered. Home Assistant reloads the hub each time (its own delay)."""
+    from homeassistant.config_entries import RELOAD_AFTER_UPDATE_DELAY
+    from homeassistant.helpers import entity_registry as er
+
+    from .test_conversation import SATELLITE
+    from .test_mqtt import free_port
+
+    port = free_port()
+    hass.config_entries.async_update_entry(
+        hub.entry, options={"websocket_url": ws_url(client), "mqtt_port": port, "udp_port": port}
+    )
+    await hass.async_block_till_done()
+    device = await mqtt_online(hub, client)
+    online = asyncio.create_task(device.stay_online(reconnect_interval=0.05))
+    registry = er.async_get(hass)
+    baseline: dict[str, int] | None = None
+    try:
+        for round_ in range(4):
+            registry.async_update_entity(SATELLITE, disabled_by=er.RegistryEntryDisabler.USER)
+            await clock.advance(RELOAD_AFTER_UPDATE_DELAY + 1)  # Home Assistant reloads the hub
+            xdev = hub.entry.runtime_data.devices[MAC]
+            await wait_for(xdev, lambda d: d.connection is not None, timeout=10)
+            await quiet(xdev)
+            assert xdev.voice is None
+            assert hass.states.get(SATELLITE) is None
+            await device.connect()  # a wake with no satellite: the device's hello is still answered
+            await device.send_json(
+                {"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"}
+            )
+            await device.goodbye()
+            registry.async_update_entity(SATELLITE, disabled_by=None)
+            await clock.advance(RELOAD_AFTER_UPDATE_DELAY + 1)
+            xdev = hub.entry.runtime_data.devices[MAC]
+            await wait_for(xdev, lambda d: d.connection is not None and d.voice is not None, timeout=10)
+            await quiet(xdev)
+            await clock.advance(BETWEEN)
+            await device.connect()
+            marker = len(device.log)
+            device.relisten = False
+            await device.say(speech_pcm())
+            await answered(device, marker)
+            await device.goodbye()
+            await wait_for(xdev, lambda d: d.conversation is None and not (d.voice is not None and d.voice.busy))
+            await hass.async_block_till_done(wait_background_tasks=True)
+            if round_ == 0:
+                baseline = resources()
+        nothing_grew(baseline)
+    finally:
+        online.cancel()
+        await asyncio.gather(online, return_exceptions=True)
+        await device.drop()
