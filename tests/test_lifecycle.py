@@ -8,6 +8,7 @@ conversation must be answered or end on time, and nothing may grow with use: tas
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
+import contextlib
 import gc
 import json
 from pathlib import Path
@@ -115,6 +116,28 @@ async def answered(device: SimulatedDevice, marker: int) -> None:
     heard = next(i for i in range(marker, len(device.log)) if device.log[i] is stt)
     await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 30, after=heard)
     assert any(m.get("type") == "llm" for m in device.log[heard:]), device.log[marker:]
+
+
+@contextlib.asynccontextmanager
+async def staying_online(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any]
+) -> AsyncIterator[MqttDevice]:
+    """A stock device over MQTT that reconnects by itself, on ports that stay the same across reloads."""
+    from .test_mqtt import free_port
+
+    port = free_port()
+    hass.config_entries.async_update_entry(
+        hub.entry, options={"websocket_url": ws_url(client), "mqtt_port": port, "udp_port": port}
+    )
+    await hass.async_block_till_done()
+    device = await mqtt_online(hub, client)
+    online = asyncio.create_task(device.stay_online(reconnect_interval=0.05))
+    try:
+        yield device
+    finally:
+        online.cancel()
+        await asyncio.gather(online, return_exceptions=True)
+        await device.drop()
 
 
 async def test_mqtt_device_through_twenty_conversations(
@@ -323,16 +346,7 @@ async def test_conversations_go_on_across_a_home_assistant_restart(
 ) -> None:
     """Talked to, Home Assistant restarts (the entry reloads) in the middle of a conversation, the
     device reconnects by itself: its next conversations are answered and end on time."""
-    from .test_mqtt import free_port
-
-    port = free_port()
-    hass.config_entries.async_update_entry(
-        hub.entry, options={"websocket_url": ws_url(client), "mqtt_port": port, "udp_port": port}
-    )
-    await hass.async_block_till_done()
-    device = await mqtt_online(hub, client)
-    online = asyncio.create_task(device.stay_online(reconnect_interval=0.05))
-    try:
+    async with staying_online(hass, hub, client) as device:
         await device.connect()
         marker = len(device.log)
         device.relisten = False
@@ -356,10 +370,6 @@ async def test_conversations_go_on_across_a_home_assistant_restart(
             await answered(device, marker)
             await listening_again(device, sent)
             await silence_ends_it(device, clock, before)
-    finally:
-        online.cancel()
-        await asyncio.gather(online, return_exceptions=True)
-        await device.drop()
 
 
 async def test_a_setup_that_fails_after_the_mqtt_port_opened_frees_it(
@@ -441,18 +451,10 @@ async def test_the_satellite_switched_off_and_on_again(
     from homeassistant.helpers import entity_registry as er
 
     from .test_conversation import SATELLITE
-    from .test_mqtt import free_port
 
-    port = free_port()
-    hass.config_entries.async_update_entry(
-        hub.entry, options={"websocket_url": ws_url(client), "mqtt_port": port, "udp_port": port}
-    )
-    await hass.async_block_till_done()
-    device = await mqtt_online(hub, client)
-    online = asyncio.create_task(device.stay_online(reconnect_interval=0.05))
-    registry = er.async_get(hass)
-    baseline: dict[str, int] | None = None
-    try:
+    async with staying_online(hass, hub, client) as device:
+        registry = er.async_get(hass)
+        baseline: dict[str, int] | None = None
         for round_ in range(4):
             registry.async_update_entity(SATELLITE, disabled_by=er.RegistryEntryDisabler.USER)
             await clock.advance(RELOAD_AFTER_UPDATE_DELAY + 1)  # Home Assistant reloads the hub
@@ -483,7 +485,3 @@ async def test_the_satellite_switched_off_and_on_again(
             if round_ == 0:
                 baseline = resources()
         nothing_grew(baseline)
-    finally:
-        online.cancel()
-        await asyncio.gather(online, return_exceptions=True)
-        await device.drop()
