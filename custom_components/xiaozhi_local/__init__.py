@@ -54,7 +54,7 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
 async def async_migrate_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:
     """Version 2 keeps the device tokens in the hub's journal; they move there at setup.
 
-    The move is done by the hub from what each subentry carries (``XiaozhiHub._token_for``), so
+    The move is done by the hub from what each subentry carries (``HubStorage.token_for``), so
     nothing is moved here; the version only stops an older release, which expects a token in
     every subentry, from setting the entry up.
     """

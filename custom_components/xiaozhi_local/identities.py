@@ -4,7 +4,7 @@ A paired device lives in a config subentry (MAC, identity), which Home Assistant
 second after a change, in a file every user of the machine can read. Its token is kept here
 instead, once, in a store as private as Home Assistant's auth store (0600). A flow that makes
 a token hands it over in the subentry; the hub moves it here and takes it out of the subentry
-once this journal is on disk (``XiaozhiHub._async_save_identities``). A device is handed its
+once this journal is on disk (``HubStorage.async_save_identities``). A device is handed its
 token in an OTA answer and keeps it in flash, so the OTA answer waits for this write
 (``async_flush``). At the next start, the journal repairs the subentries: a device paired just
 before a kill is restored, a device deleted just before it stays deleted.
