@@ -202,6 +202,22 @@ async def test_py_xiaozhi_on_the_transport_it_was_told_is_not_restarted_either(
         assert not any(m.get("type") == "system" for m in device.log)
 
 
+async def test_py_xiaozhi_between_conversations_is_away_not_off(
+    hass: HomeAssistant, hub: XiaozhiHub, make_device: Factory
+) -> None:
+    """Told MQTT, py-xiaozhi still connects only per conversation: its values stay available."""
+    device = await make_device(flavor="py-xiaozhi")
+    xdev = hub.devices[MAC]
+    await device.connect()
+    await wait_for(xdev, lambda d: d.connection is not None)
+    await device.drop()
+    await wait_for(xdev, lambda d: d.connection is None)
+    assert xdev.told_transport == "mqtt"
+    assert not xdev.off
+    states = [s for s in hass.states.async_all("sensor") if s.entity_id != SENSOR]
+    assert all(s.state != "unavailable" for s in states), states
+
+
 async def test_a_device_that_does_not_come_back_on_the_chosen_transport_is_restarted_once(
     hass: HomeAssistant, hub: XiaozhiHub, make_device: Factory, client: TestClient[Any, Any]
 ) -> None:

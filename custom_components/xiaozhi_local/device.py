@@ -178,8 +178,8 @@ class XiaozhiDevice:
 
     @property
     def off(self) -> bool:
-        """Always connected (its OTA answer said MQTT) and not connected now: off, or out of reach."""
-        return self.connection is None and self.told_transport == TRANSPORT_MQTT
+        """Stock firmware told MQTT (on from boot) and not connected: off. py-xiaozhi connects per conversation."""
+        return self.connection is None and self.told_transport == TRANSPORT_MQTT and not self.picks_transport
 
     @property
     def connected(self) -> bool:
