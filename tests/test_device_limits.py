@@ -71,7 +71,7 @@ async def test_a_value_beyond_64_bits_never_stops_saving(
     xdev = hub.devices[MAC]
     await wait_settled(xdev)
     assert xdev.queries["self.get_device_status"]["audio_speaker"]["volume"] == float(2**64)
-    await hub.devices[MAC2].async_set("volume", "self.audio_speaker.set_volume", {"volume": 30}, 30)
+    await hub.devices[MAC2].values.async_set("volume", "self.audio_speaker.set_volume", {"volume": 30}, 30)
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=11))
     await hass.async_block_till_done()
     data = stored(hass_storage, setup_integration)

@@ -201,7 +201,7 @@ async def test_malformed_status_means_unknown(
     assert entity_registry.async_get_entity_id("sensor", DOMAIN, f"{MAC}-chip_temperature") is None
     # A later status that is not JSON at all changes nothing and breaks nothing.
     device.state.status = lambda: "not json"  # type: ignore[method-assign,assignment,return-value]
-    await hub_device(hass).async_read_queries()
+    await hub_device(hass).values.async_read()
     assert state_of(hass, "sensor:battery") == "50"
 
 
@@ -271,7 +271,7 @@ async def test_buttons(hass: HomeAssistant, make_device: DeviceFactory) -> None:
 async def test_failed_button_press(hass: HomeAssistant, make_device: DeviceFactory) -> None:
     await connected(hass, make_device, ir=True)
     hub_device(hass).queries["self.ir.list_codes"] = {"codes": ["tv_power", "gone"]}
-    hub_device(hass)._async_notify()
+    hub_device(hass).async_changed()
     await hass.async_block_till_done()
     with pytest.raises(HomeAssistantError, match="未找到红外编码: gone"):
         await hass.services.async_call(

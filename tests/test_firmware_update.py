@@ -447,13 +447,13 @@ async def test_a_device_on_a_low_battery_is_not_upgraded(
     device = await make_mqtt()
     device.state.battery_level = 12
     await online(hub)
-    await hub.devices[MAC].async_read_queries()
+    await hub.devices[MAC].values.async_read()
     await offered(hass, "2.5.0")
     with pytest.raises(HomeAssistantError, match="battery of Kitchen is at 12 %"):
         await install(hass)
     assert not device.upgrades
     device.state.charging = True  # plugged in: fine
-    await hub.devices[MAC].async_read_queries()
+    await hub.devices[MAC].values.async_read()
     await install(hass)
     assert device.upgrades[0]["result"] == "ok"
 

@@ -1,4 +1,5 @@
-"""The satellite talks to a device through ``DeviceLink``'s interface only (docs/architecture.md)."""
+"""The layers hold: the satellite talks to a device through ``DeviceLink``'s interface only, a channel
+to its link through the link's inbound side, no import circle, no module too big (docs/architecture.md)."""
 
 import ast
 from pathlib import Path
@@ -51,6 +52,48 @@ def test_the_satellite_and_the_speaker_use_only_the_link_interface() -> None:
         outside = {name: line for name, line in uses.items() if name not in LINK_INTERFACE}
         assert not outside, f"{path.name} uses link internals {outside} (name: line); add to DeviceLink instead"
     assert link_uses(COMPONENT / "satellite" / "listening.py")  # the check sees real uses
+
+
+CHANNEL_SIDE = {
+    # what comes in
+    "async_receive_text",
+    "receive_binary",
+    "deliver_audio",
+    "ended",
+    "hello_received",
+    "requests_unanswered",
+    # what a transport's own conversations report (MQTT)
+    "conversation_opened",
+    "conversation_closed",
+    "channel_changed",
+    # what it may do or read
+    "async_close",
+    "async_send_json",
+    "create_task",
+    "session",
+    "device",
+    "log",
+}
+"""What a channel may use of the link it carries (``channel.py``): the link's inbound side."""
+
+
+def test_channels_use_only_the_links_inbound_side() -> None:
+    """Transports compose: a channel moves bytes and hands them to the link, never into its internals."""
+    for path in (COMPONENT / "channel.py", COMPONENT / "websocket.py", COMPONENT / "mqtt_channel.py"):
+        uses: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and (
+                (isinstance(node.value, ast.Name) and node.value.id == "link")
+                or (isinstance(node.value, ast.Attribute) and node.value.attr == "link")
+            ):
+                uses.setdefault(node.attr, node.lineno)
+        outside = {name: line for name, line in uses.items() if name not in CHANNEL_SIDE}
+        assert not outside, f"{path.name} uses link internals {outside} (name: line)"
+        assert not any(name.startswith("_") for name in uses), path.name
+        if path.name != "channel.py":
+            assert "ended" in uses, f"{path.name} never tells its link that it ended"
+    text = (COMPONENT / "link.py").read_text()
+    assert "class DeviceLink:" in text  # composed, not subclassed per transport
 
 
 def imports_in(node: ast.AST, package: list[str], modules: set[str]) -> set[str]:

@@ -17,7 +17,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 from custom_components.xiaozhi_local.const import DOMAIN
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, MAX_UNAUTHENTICATED_PER_ADDRESS
-from custom_components.xiaozhi_local.mqtt_link import MqttLink
+from custom_components.xiaozhi_local.mqtt_channel import MqttChannel
 from xiaozhi_sim import SimulatorOptions
 from xiaozhi_sim.mqtt import MqttDevice, MqttRefused, mqtt_connect, mqtt_publish
 
@@ -427,7 +427,9 @@ async def test_udp_garbage_replays_and_spoofing(
     await wait_settled(xdev)
     await device.connect()
     link = xdev.connection
-    assert isinstance(link, MqttLink)
+    assert link is not None
+    channel = link.channel
+    assert isinstance(channel, MqttChannel)
     loop = asyncio.get_running_loop()
     received: list[bytes] = []
 
@@ -449,7 +451,7 @@ async def test_udp_garbage_replays_and_spoofing(
         genuine = device.send_datagram(packets[0])
         await wait_for(xdev, lambda _d: link.audio_open)
         frames = link.audio_frames
-        peer = link.peer
+        peer = channel.peer
         # The same datagram again, from another address: a replay, refused.
         spoof.sendto(genuine)
         # The session's header, a sequence far ahead and a payload nobody encrypted: refused (however
@@ -461,11 +463,11 @@ async def test_udp_garbage_replays_and_spoofing(
         # loopback, it is handled after them: once it counts, they were refused.
         device.send_datagram(packets[1])
         await until(lambda: link.audio_frames == frames + 1)
-        assert link.peer == peer
+        assert channel.peer == peer
         assert received == []
         device.send_datagram(packets[2])
         await until(lambda: link.audio_frames == frames + 2)
-        assert link.peer == peer
+        assert channel.peer == peer
     finally:
         spoof.close()
 
@@ -577,7 +579,7 @@ async def test_blocked_udp_raises_a_repair(
     from homeassistant.util import dt as dt_util
     from pytest_homeassistant_custom_component.common import async_fire_time_changed
 
-    from custom_components.xiaozhi_local.mqtt_link import UDP_DEADLINE
+    from custom_components.xiaozhi_local.mqtt_channel import UDP_DEADLINE
 
     device = await make_mqtt()
     xdev = hub.devices[MAC]

@@ -21,7 +21,7 @@ from custom_components.xiaozhi_local import mqtt as mqtt_module
 from custom_components.xiaozhi_local.const import PING_INTERVAL
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, FREE_GUESSES, MAX_UNAUTHENTICATED, source_of
-from custom_components.xiaozhi_local.mqtt_link import MAX_KEEPALIVE, UNANSWERED_LIMIT
+from custom_components.xiaozhi_local.mqtt_channel import MAX_KEEPALIVE, UNANSWERED_LIMIT
 from xiaozhi_sim.mqtt import mqtt_connect
 
 from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_online, served_hub, wait_for
@@ -192,7 +192,7 @@ async def test_forged_audio_cannot_move_the_devices_audio(
     own, move nothing; the device's own from a new port, at its next turn, do. A thousand guesses
     without the key from a port of its address at a new turn move nothing either.
     """
-    from custom_components.xiaozhi_local.mqtt_link import MqttLink
+    from custom_components.xiaozhi_local.mqtt_channel import MqttChannel
     from custom_components.xiaozhi_local.protocol.udp import MOVE_EVIDENCE, MOVE_GUESSES
     from xiaozhi_sim.voice import MicEncoder
 
@@ -201,9 +201,11 @@ async def test_forged_audio_cannot_move_the_devices_audio(
     device = await mqtt_online(hub, client)
     await mqtt_in_conversation(hub, device)
     link = hub.devices[MAC].connection
-    assert isinstance(link, MqttLink)
+    assert link is not None
+    channel = link.channel
+    assert isinstance(channel, MqttChannel)
     assert hub.mqtt is not None
-    peer = link.peer
+    peer = channel.peer
     assert peer is not None
     packets = iter(MicEncoder(60).packets(bytes(32000 * 8)))
     loop = asyncio.get_running_loop()
@@ -222,17 +224,17 @@ async def test_forged_audio_cannot_move_the_devices_audio(
             other_port.sendto(device.seal(next(packets)))  # another port while the device streams
         device.send_datagram(next(packets))  # the device goes on from where it was
         await until(lambda: link.audio_frames == frames + 1)
-        assert link.peer == peer
+        assert channel.peer == peer
 
         await device.send_json(listen_start)  # its next turn: its NAT mapped it anew meanwhile
         await device.rebind_udp()
         for _ in range(MOVE_EVIDENCE):
             device.send_datagram(next(packets))
-        await until(lambda: link.peer != peer)
-        assert link.peer is not None
-        assert link.peer[0] == peer[0]
+        await until(lambda: channel.peer != peer)
+        assert channel.peer is not None
+        assert channel.peer[0] == peer[0]
         assert link.audio_frames == frames + 1 + MOVE_EVIDENCE  # none of its audio was lost
-        moved = link.peer
+        moved = channel.peer
 
         await device.send_json(listen_start)  # the next turn: a neighbour of its address guesses
         header = device.seal(next(packets))[:16]  # what an observer of the path has seen
@@ -250,9 +252,9 @@ async def test_forged_audio_cannot_move_the_devices_audio(
             await until(refused(expected))
         device.send_datagram(next(packets))  # sent after the guesses: handled after them
         await until(lambda: link.audio_frames == frames + 2 + MOVE_EVIDENCE)
-        assert link.peer == moved
-        assert link.audio is not None
-        assert link.audio.guesses == MOVE_GUESSES
+        assert channel.peer == moved
+        assert channel.audio is not None
+        assert channel.audio.guesses == MOVE_GUESSES
     finally:
         elsewhere.close()
         other_port.close()

@@ -1,9 +1,9 @@
 """A paired device at runtime: its live connection, its tools, what it last reported, and calls.
 
 What the device said (its tools, the results of its query tools) and settings the user made
-while it was away are kept in ``cache``, which the hub persists, so entities show the
+while it was away are kept in its cache, which the hub persists, so entities show the
 last-known state across disconnects and HA restarts and settings reach the device when it
-next connects.
+next connects (readings.py runs that round).
 """
 
 import asyncio
@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from homeassistant.config_entries import ConfigSubentry
 from homeassistant.const import CONF_CLIENT_ID, CONF_MAC
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
-from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers.json import json_bytes
 from homeassistant.helpers.typing import UNDEFINED
@@ -48,8 +47,9 @@ from .protocol.mcp import (
     ServerInfo,
     ToolResult,
 )
-from .tool_map import QUERY_TOOLS, canonical_tools
-from .values import DeviceCache, PendingSetting, query_number
+from .readings import REPORT_SAVE_DELAY, DeviceValues
+from .tool_map import canonical_tools
+from .values import DeviceCache, PendingSetting
 
 if TYPE_CHECKING:
     from .link import DeviceLink
@@ -63,11 +63,6 @@ REPORT_CHANGE_BURST = 4
 REPORT_CHANGE_RATE = 1 / 600
 """What a device's OTA checks may change (board, chip, version): a few at once, then one in ten
 minutes. An upgrade changes it once; a device that changes it at every request is not a board."""
-REPORT_SAVE_DELAY = 10.0
-"""Seconds before what the device reported is saved (many reports make one write)."""
-USER_SAVE_DELAY = 0.0
-"""Seconds before a setting the user made while the device was away reaches disk: at once (the
-entity shows it from then on, so a crash right after must not lose it)."""
 
 
 def _identity_of(subentry: ConfigSubentry) -> Identity:
@@ -110,15 +105,12 @@ class XiaozhiDevice:
         self.dropped_notifications = 0
         self._listeners: list[Callable[[], None]] = []
         self._notification_listeners: list[NotificationListener] = []
-        self._refresh_lock = asyncio.Lock()
         kept = DeviceCache.from_dict(cache)
         self.tool_lists = 0  # tools/list answers (or registrations) since start; 0: tools from the cache
         self.tools: dict[str, McpTool] = kept.tools
         """By the firmware's name (``TOOL_ALIASES``); each ``McpTool.name`` is what the device calls it."""
-        self.queries: dict[str, Any] = kept.queries
-        """Last result of each query tool (parsed JSON), by tool name."""
-        self.pending: dict[str, PendingSetting] = kept.pending
-        """Settings made while the device was away, by entity key (the latest value wins)."""
+        self.values = DeviceValues(self, kept.queries, kept.pending, self._persist)
+        """Its last query results and its waiting settings (readings.py)."""
         self.vision_token = ExpiringToken(VISION_TOKEN_TTL, hass.loop)
         """The short-lived token for camera uploads (sent in ``initialize``; not the main token)."""
         self.photo: bytes | None = None  # the last camera photo (JPEG)
@@ -145,12 +137,22 @@ class XiaozhiDevice:
         )
         self.device_id = registry_entry.id
 
+    @property
+    def queries(self) -> dict[str, Any]:
+        """Last result of each query tool (parsed JSON), by tool name."""
+        return self.values.queries
+
+    @property
+    def pending(self) -> dict[str, PendingSetting]:
+        """Settings made while the device was away, by entity key (the latest value wins)."""
+        return self.values.pending
+
     @callback
     def async_set_photo(self, jpeg: bytes) -> None:
         """A photo arrived from the camera."""
         self.photo = jpeg
         self.photo_at = dt_util.utcnow()
-        self._async_notify()
+        self.async_changed()
 
     def as_cache(self) -> dict[str, Any]:
         """What to keep across restarts."""
@@ -224,14 +226,15 @@ class XiaozhiDevice:
         return lambda: self._notification_listeners.remove(listener)
 
     @callback
-    def _async_notify(self) -> None:
+    def async_changed(self) -> None:
+        """Something its entities show changed: tell the listeners."""
         for listener in list(self._listeners):
             listener()
 
     @callback
     def async_link_changed(self) -> None:
         """The link's state changed (a conversation channel opened or closed): tell the listeners."""
-        self._async_notify()
+        self.async_changed()
 
     @callback
     def async_allow_notification(self, method: str, params: Any) -> bool:
@@ -273,13 +276,13 @@ class XiaozhiDevice:
         if old is not None and old is not connection:
             _LOGGER.debug("Device %s reconnected; closing its previous connection", self.mac)
             self.async_create_task(old.async_close("replaced by a new connection"), f"xiaozhi_local close {self.mac}")
-        self._async_notify()
+        self.async_changed()
 
     @callback
     def async_open_conversation(self, link: DeviceLink) -> Conversation:
         """``link`` opened a conversation (a WebSocket hello, an MQTT hello): a new one, from nothing."""
         self.conversation = Conversation(link, self.hass.loop.time())
-        self._async_notify()
+        self.async_changed()
         return self.conversation
 
     @callback
@@ -287,7 +290,7 @@ class XiaozhiDevice:
         """The conversation on ``link`` is over (goodbye, the socket closed); another link's stays."""
         if self.conversation is not None and self.conversation.link is link:
             self.conversation = None
-            self._async_notify()
+            self.async_changed()
 
     def conversation_of(self, link: DeviceLink) -> Conversation | None:
         """The open conversation if ``link`` carries it."""
@@ -302,7 +305,7 @@ class XiaozhiDevice:
         if self.connection is connection:
             self.connection = None
             self.last_seen = dt_util.utcnow()
-            self._async_notify()
+            self.async_changed()
 
     @callback
     def async_set_discovery(self, info: ServerInfo, tools: list[McpTool]) -> None:
@@ -321,14 +324,14 @@ class XiaozhiDevice:
         if model is not UNDEFINED or sw_version is not UNDEFINED:
             registry.async_update_device(self.device_id, model=model, sw_version=sw_version)
         self._persist(REPORT_SAVE_DELAY)
-        self._async_notify()
+        self.async_changed()
 
     @callback
     def async_set_facts(self, facts: BoardFacts) -> None:
         """What its OTA check said of its board and firmware changed (reports.py)."""
         self.facts = facts
         self._persist(REPORT_SAVE_DELAY)
-        self._async_notify()
+        self.async_changed()
 
     @callback
     def async_told(self, transport: str, *, follows: bool = True) -> None:
@@ -340,7 +343,7 @@ class XiaozhiDevice:
         if transport != self.told_transport:
             self.told_transport = transport
             self._persist(REPORT_SAVE_DELAY)
-        self._async_notify()
+        self.async_changed()
 
     async def async_wait_ready(self, timeout: float) -> DeviceLink:
         """The live connection once its tools are known. Raises DeviceOfflineError/McpTimeoutError."""
@@ -367,67 +370,6 @@ class XiaozhiDevice:
         return await connection.async_call_tool(wire, arguments, timeout)
 
     # -- what entities use --------------------------------------------------------------------
-
-    async def async_on_ready(self) -> None:
-        """The connection's tools are known: apply waiting settings, then read the device."""
-        for key, setting in list(self.pending.items()):
-            if setting.tool not in self.tools:
-                continue
-            try:
-                await self._async_run_setter(setting.tool, setting.arguments)
-            except (McpError, HomeAssistantError) as err:
-                _LOGGER.warning("Device %s refused the setting %s made while it was away: %s", self.mac, key, err)
-            if self.pending.get(key) is setting:  # not replaced meanwhile (latest value wins)
-                del self.pending[key]
-        self._persist(REPORT_SAVE_DELAY)
-        await self.async_read_queries()
-
-    async def async_read_queries(self) -> None:
-        """Call the query tools the device has (``get_device_status`` …); keep what they return."""
-        async with self._refresh_lock:  # one at a time: a later refresh sees later values
-            for tool in QUERY_TOOLS:
-                if tool not in self.tools or self.connection is None:
-                    continue
-                try:
-                    result = await self.async_call_tool(tool, {}, DEFAULT_CALL_TIMEOUT)
-                except McpError as err:
-                    self.log.report("query_failed", f"{tool} failed: {err}")
-                    continue
-                value = result.json if result.json is not None else query_number(result.text)
-                if value is None:
-                    self.log.report("query_not_json", f"{tool} did not answer with JSON")
-                    continue
-                self.queries[tool] = value
-        self._persist(REPORT_SAVE_DELAY)
-        self._async_notify()
-
-    async def async_set(self, key: str, tool: str, arguments: dict[str, Any], value: Any) -> None:
-        """A setting from an entity. Offline: kept and applied at the next connect."""
-        if self.connection is None:
-            self.pending[key] = PendingSetting(tool, arguments, value)
-            _LOGGER.info(
-                "%s is not connected: %s %s is kept and set when it connects%s",
-                self.name,
-                key,
-                value,
-                " (at its next conversation)" if self.told_transport == "websocket" else "",
-            )
-            self._persist(USER_SAVE_DELAY)
-            self._async_notify()
-            return
-        self.pending.pop(key, None)
-        try:
-            await self._async_run_setter(tool, arguments)
-        finally:  # success or not, show what the device really has now
-            await self.async_read_queries()
-
-    async def _async_run_setter(self, tool: str, arguments: dict[str, Any]) -> None:
-        try:
-            result = await self.async_call_tool(tool, arguments, DEFAULT_CALL_TIMEOUT)
-        except McpError as err:
-            raise tool_error(err, self.name, tool) from None
-        if result.text.strip() == "false":
-            raise translated_error("setting_refused", device=self.name, tool=tool)
 
     async def async_restart(self) -> None:
         """``{"type":"system","command":"reboot"}``: stock firmware since 1.x reboots on it."""

@@ -13,10 +13,11 @@ from .auth import Refused
 from .const import MAX_CONNECTION_MESSAGE, WS_PATH
 from .device import XiaozhiDevice
 from .hub import async_get_hub
+from .link import ClientInfo, DeviceLink
 from .pairing_session import async_run_pairing_session
 from .protocol.messages import PROTOCOL_VERSIONS, normalize_mac
 from .urls import vision_url
-from .websocket import CLOSE_TIMEOUT, ClientInfo, WebSocketLink
+from .websocket import CLOSE_TIMEOUT, WebSocketChannel
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -92,9 +93,8 @@ class XiaozhiWebSocketView(HomeAssistantView):
             max_msg_size=MAX_CONNECTION_MESSAGE, autoping=False, compress=False, timeout=CLOSE_TIMEOUT
         )
         await ws.prepare(request)
-        connection = WebSocketLink(
-            hass, device, ws, client, vision_url(hub.websocket_url()), transport=request.transport
-        )
+        channel = WebSocketChannel(ws, client.protocol_version, transport=request.transport)
+        connection = DeviceLink(hass, device, client, channel, vision_url(hub.websocket_url()))
         await hub.async_run_connection(connection)
         return ws
 

@@ -235,7 +235,7 @@ class XiaozhiHub:
                 await asyncio.sleep(spacing)
             if device.connection is not None:  # still connected
                 self.entry.async_create_background_task(
-                    self.hass, device.async_read_queries(), f"xiaozhi_local refresh {device.mac}"
+                    self.hass, device.values.async_read(), f"xiaozhi_local refresh {device.mac}"
                 )
 
     async def async_run_connection(self, connection: DeviceLink) -> None:

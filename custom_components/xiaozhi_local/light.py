@@ -61,8 +61,8 @@ class XiaozhiLight(XiaozhiValueEntity, LightEntity):
 
     async def async_turn_on(self, **kwargs: Any) -> None:
         """Turn it on (or when the device next connects)."""
-        await self.device.async_set(self.entity_description.key, self.entity_description.on_tool, {}, True)
+        await self.device.values.async_set(self.entity_description.key, self.entity_description.on_tool, {}, True)
 
     async def async_turn_off(self, **kwargs: Any) -> None:
         """Turn it off (or when the device next connects)."""
-        await self.device.async_set(self.entity_description.key, self.entity_description.off_tool, {}, False)
+        await self.device.values.async_set(self.entity_description.key, self.entity_description.off_tool, {}, False)

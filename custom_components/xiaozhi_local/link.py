@@ -3,13 +3,15 @@
 A link is one live session with one device. The device, its entities, its tools and the
 voice satellite see only its narrow interface (listed in docs/architecture.md, held by
 tests/test_layers.py): sending, calls, ending, and what the client does (whether audio can flow,
-its listen mode, whether audio comes in order). MCP discovery,
-the connect-time round (settings made while away, then status) and the routing of what the
-device says live here, once; the transports (``websocket.py``, ``mqtt.py``) only move bytes.
+its listen mode, whether audio comes in order). MCP discovery, the start of the connect-time
+round (settings made while away, then status: ``readings.py``) and the routing of what the
+device says live here, once. A link holds the session (``protocol/session.py``) and the
+``Channel`` that carries it (``channel.py``): the transports (``websocket.py``,
+``mqtt_channel.py``) only move bytes.
 """
 
-from abc import ABC, abstractmethod
 import asyncio
+from collections.abc import Coroutine
 import contextlib
 from dataclasses import dataclass
 import logging
@@ -19,12 +21,13 @@ from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers.event import async_call_later
 
 from . import transport
+from .channel import Channel
 from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION, EVENT_TOOL_ERROR
 from .device import XiaozhiDevice
 from .protocol.mcp import McpConnectionError, McpError, McpRemoteError, ToolResult
 from .protocol.messages import ClientHello, ControlMessage
 from .protocol.register import Registration
-from .protocol.session import DeviceSession, HelloReply
+from .protocol.session import DeviceSession
 from .protocol.voice import VoiceError, parse_listen
 
 _LOGGER = logging.getLogger(__name__)
@@ -44,83 +47,104 @@ class ClientInfo:
     """Where it connects from (its firmware downloads are bound to it)."""
 
 
-class DeviceLink(ABC):
-    """The runtime side of one session: wires a DeviceSession to a transport and to HA."""
-
-    transport_name: str = ""
-    """``websocket`` or ``mqtt`` (diagnostics, logs, the connection choice)."""
-    audio_in_order: bool = True
-    """Whether audio comes in order with the messages (WebSocket). Over MQTT+UDP a datagram may
-    overtake the ``listen start`` sent over MQTT: audio that arrives first may still be the turn's."""
-    conversation_is_connection: bool = True
-    """Whether the connection is one conversation (WebSocket: its hello opens it, its close ends it).
-    Over MQTT the link outlives them: each device hello opens one (conversations.py)."""
+class DeviceLink:
+    """The runtime side of one session: a DeviceSession and the Channel that carries it, wired to HA."""
 
     def __init__(
-        self, hass: HomeAssistant, device: XiaozhiDevice, client: ClientInfo, vision_url: str | None = None
+        self,
+        hass: HomeAssistant,
+        device: XiaozhiDevice,
+        client: ClientInfo,
+        channel: Channel,
+        vision_url: str | None = None,
     ) -> None:
         self.hass = hass
         self.vision_url = vision_url
         self.device = device
         self.client = client
         self.log = device.log
+        self.channel = channel
+        channel.attach(self)
         self.session = DeviceSession(
-            device.mac, self._async_send_text, self, log=self.log, hello_reply=self._hello_reply_builder()
+            device.mac, channel.async_send_text, self, log=self.log, hello_reply=channel.hello_reply_builder()
         )
+        self.audio_frames = 0  # uplink audio packets delivered
         self.discovered = asyncio.Event()  # tools known: calls can go out
         self.settled = asyncio.Event()  # the connect-time round is over: settings applied, status read
-        self.audio_frames = 0
-        self.dropped_frames = 0
-        self.missed_pings = 0
         self._discovery: asyncio.Task[None] | None = None
         self._listen_mode: str | None = None  # of its last listen start
         self.gone = False
         """The link has ended (a conversation's end over MQTT is not that)."""
         self._cancel_idle: CALLBACK_TYPE | None = None
 
-    # -- what a transport provides ------------------------------------------------------------
+    # -- what the channel says about the transport --------------------------------------------
 
-    def _hello_reply_builder(self) -> HelloReply | None:
-        """What builds the server hello of this transport; None: the WebSocket one (session.py)."""
-        return None
+    @property
+    def transport_name(self) -> str:
+        """``websocket`` or ``mqtt`` (diagnostics, logs, the connection choice)."""
+        return self.channel.name
 
-    @abstractmethod
-    async def run(self) -> None:
-        """Receive until the link ends; always leaves the device detached (``_cleanup``)."""
+    @property
+    def audio_in_order(self) -> bool:
+        """Whether audio comes in order with the messages (false over UDP: see ``Channel``)."""
+        return self.channel.audio_in_order
 
-    @abstractmethod
-    async def _async_send_text(self, text: str) -> None:
-        """Send one JSON message; raises ConnectionError when the link is gone."""
+    @property
+    def conversation_is_connection(self) -> bool:
+        """Whether the connection is one conversation (WebSocket), or outlives them (MQTT)."""
+        return self.channel.conversation_is_connection
 
-    @abstractmethod
-    async def async_send_audio(self, packet: bytes, timestamp: int = 0) -> bool:
-        """One downlink Opus packet; False when it cannot reach the device."""
+    @property
+    def dropped_frames(self) -> int:
+        """Frames dropped for coming too fast."""
+        return self.channel.dropped_frames
 
-    @abstractmethod
-    async def async_close(self, reason: str, code: int = 1000) -> None:
-        """End the link from our side (replaced, unloaded, token changed; 1001 when HA stops)."""
-
-    @abstractmethod
-    def async_check_alive(self, missed_allowed: int) -> None:
-        """One liveness sweep of the hub."""
+    @property
+    def missed_pings(self) -> int:
+        """Liveness sweeps in a row without a sign of the device."""
+        return self.channel.missed_pings
 
     @property
     def audio_open(self) -> bool:
         """Whether downlink audio reaches the device now (a conversation channel is open)."""
-        return True
+        return self.channel.audio_open
 
     @property
     def conversation_open(self) -> bool:
         """Whether a conversation is open on this link (WebSocket: from the hello to the close)."""
         return self.device.conversation_of(self) is not None
 
+    # -- what goes out through the channel ----------------------------------------------------
+
+    async def run(self) -> None:
+        """Receive until the link ends; always leaves the device detached (``ended``)."""
+        await self.channel.async_receive()
+
+    async def async_send_audio(self, packet: bytes, timestamp: int = 0) -> bool:
+        """One downlink Opus packet; False when it cannot reach the device."""
+        return await self.channel.async_send_audio(packet, timestamp)
+
+    async def async_close(self, reason: str, code: int = 1000) -> None:
+        """End the link from our side (replaced, unloaded, token changed; 1001 when HA stops)."""
+        _LOGGER.debug("Closing the %s link of %s: %s", self.transport_name, self.device.mac, reason)
+        self.session.close(reason)
+        await self.channel.async_close(reason, code)
+
+    @callback
+    def async_check_alive(self, missed_allowed: int) -> None:
+        """One liveness sweep of the hub."""
+        self.channel.async_check_alive(missed_allowed)
+
     async def async_end_conversation(self, reason: str) -> None:
         """End the conversation the way the device understands (WebSocket: close the socket).
 
         A device that must move to the other transport (transport.py), or for which firmware waits
         (firmware/installer.py), is restarted instead: it closes the socket itself, checks OTA at boot and
-        comes back on the transport chosen, or installs the firmware its OTA answer carries.
+        comes back on the transport chosen, or installs the firmware its OTA answer carries. Over MQTT
+        the channel ends it with ``goodbye`` and the connection stays.
         """
+        if await self.channel.async_end_conversation(reason):
+            return
         device = self.device
         if device.connection is self and (why := transport.async_restart_at_end(device)) is not None:
             _LOGGER.info("Restarting %s at the end of its conversation: %s", device.mac, why)
@@ -136,6 +160,48 @@ class DeviceLink(ABC):
                 self._cancel_idle = async_call_later(self.hass, RESTART_CLOSE, close)  # ends with the link
                 return
         await self.async_close(reason)
+
+    # -- what comes in through the channel ----------------------------------------------------
+
+    async def async_receive_text(self, text: str) -> None:
+        """One JSON message from the device."""
+        await self.session.handle_text(text)
+
+    def receive_binary(self, data: bytes) -> None:
+        """One binary frame from the device (the session checks its size)."""
+        self.session.handle_binary(data)
+
+    @property
+    def hello_received(self) -> bool:
+        """Whether the device's hello has come (a WebSocket channel waits for it a bounded time)."""
+        return self.session.hello is not None
+
+    @property
+    def requests_unanswered(self) -> int:
+        """Our requests in a row the device has not answered (a channel without pings watches it)."""
+        return self.session.mcp.unanswered_in_a_row
+
+    @callback
+    def conversation_opened(self) -> None:
+        """The transport opened a conversation on a connection that outlives them (an MQTT hello)."""
+        self.device.async_open_conversation(self)
+
+    @callback
+    def conversation_closed(self, *, by_device: bool = False) -> None:
+        """The transport closed its conversation (its audio channel); ``by_device``: its ``goodbye``."""
+        self.device.async_end_conversation(self)
+        self.device.async_link_changed()
+        if by_device and (voice := self.device.voice) is not None:
+            voice.on_disconnect(self)
+
+    @callback
+    def channel_changed(self) -> None:
+        """Something of the channel the entities show changed (where its audio comes from)."""
+        self.device.async_link_changed()
+
+    def create_task(self, target: Coroutine[Any, Any, Any], what: str) -> None:
+        """A task of the channel's (a close, a ping), tied to the device's config entry."""
+        self.device.async_create_task(target, f"xiaozhi_local {what} {self.device.mac}")
 
     # -- conversation timing ------------------------------------------------------------------
 
@@ -160,7 +226,7 @@ class DeviceLink(ABC):
         self._cancel_idle = async_call_later(self.hass, seconds, idle)
 
     @callback
-    def _cleanup(self) -> None:
+    def ended(self) -> None:
         """The link is gone: nothing waits on it, no timer outlives it, the device is detached."""
         self.gone = True
         self.touch()
@@ -175,8 +241,9 @@ class DeviceLink(ABC):
             _LOGGER.info("Device %s disconnected", self.device.mac)
         self.device.async_detach(self)
 
-    def _deliver_audio(self, packet: bytes) -> None:
-        """One uplink Opus packet, unwrapped by the transport: to the voice satellite."""
+    def deliver_audio(self, packet: bytes) -> None:
+        """One uplink Opus packet, unwrapped by the channel: to the voice satellite."""
+        self.audio_frames += 1
         if (voice := self.device.voice) is not None:
             voice.on_audio(self, packet)
 
@@ -204,14 +271,14 @@ class DeviceLink(ABC):
             self.settled.set()
 
     def on_audio(self, data: bytes) -> None:
-        """A binary frame on a transport that carries audio in-band (see ``websocket.py``)."""
-        self.log.report("unexpected_binary", "dropped a binary frame this transport does not carry")
+        """A binary frame: the channel unframes the audio in it, if its transport carries audio in-band."""
+        self.channel.on_binary(data)
 
     async def _async_discover(self) -> None:
         try:
             await self._async_discover_and_settle()
         finally:
-            # Cancelled: a registration replaced it, or the connection ended (``_cleanup`` sets them).
+            # Cancelled: a registration replaced it, or the connection ended (``ended`` sets them).
             if not _cancelling():
                 self.discovered.set()
                 self.settled.set()
@@ -233,7 +300,7 @@ class DeviceLink(ABC):
         _LOGGER.debug("Device %s offers %d tools", self.device.mac, len(tools))
         self.device.async_set_discovery(info, tools)
         self.discovered.set()
-        await self.device.async_on_ready()
+        await self.device.values.async_on_ready()
 
     def _capabilities(self) -> dict[str, Any]:
         """``vision``: where a camera board uploads photos, with a token just for that."""
@@ -249,7 +316,7 @@ class DeviceLink(ABC):
             self.log.report("relist_failed", f"could not list its tools again: {err}")
             return
         self.device.async_set_discovery(self.session.mcp.server_info, tools)
-        await self.device.async_read_queries()
+        await self.device.values.async_read()
 
     def on_register(self, registration: Registration) -> None:
         """A registerTools client announced its tools: they are the device's tools from now on."""
@@ -272,7 +339,7 @@ class DeviceLink(ABC):
     async def _async_settle(self) -> None:
         """Settings made while the client was away, then its status (as after MCP discovery)."""
         try:
-            await self.device.async_on_ready()
+            await self.device.values.async_on_ready()
         finally:
             if not _cancelling():
                 self.settled.set()
@@ -328,6 +395,8 @@ class DeviceLink(ABC):
 
     def on_control(self, message: ControlMessage) -> None:
         """``listen``/``abort``/…: for the device's voice satellite (a ``listen start`` sets the mode)."""
+        if self.channel.on_control(message):
+            return
         if message.type == "listen" and message.data.get("state") == "start":
             with contextlib.suppress(VoiceError):
                 self._listen_mode = parse_listen(message.data).mode

@@ -144,7 +144,7 @@ class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
     async def async_set_volume_level(self, volume: float) -> None:
         """The device's own volume tool (kept for the next connection while it is away)."""
         value = round(max(0.0, min(1.0, volume)) * 100)
-        await self.device.async_set(VOLUME.key, VOLUME.setter, {VOLUME.argument: value}, value)
+        await self.device.values.async_set(VOLUME.key, VOLUME.setter, {VOLUME.argument: value}, value)
 
     async def async_play_media(self, media_type: MediaType | str, media_id: str, **kwargs: Any) -> None:
         """Play a media-source item or a plain http(s) URL (Music Assistant hands over streams so)."""

@@ -3,10 +3,10 @@
 A stock device given ``mqtt`` at its OTA check connects here at boot and stays connected:
 its tools are callable, its settings applied and its status read while it is idle. It
 publishes every JSON message and never subscribes, so this endpoint is no broker: each
-authenticated client is one device link (``mqtt_link.py``), and what is published to it is
-simply written to its socket. Audio flows over UDP, encrypted, only while a conversation is open
-(the device's hello opens one, ``goodbye`` closes it): this module owns the socket and routes
-each datagram to its link by the session tag. See docs/protocol.md §3.
+authenticated client is one device link carried by an ``MqttChannel`` (``mqtt_channel.py``), and
+what is published to it is simply written to its socket. Audio flows over UDP, encrypted, only
+while a conversation is open (the device's hello opens one, ``goodbye`` closes it): this module
+owns the socket and routes each datagram to its channel by the session tag. See docs/protocol.md §3.
 
 This module is the door: the listener, the CONNECT, the bounds on connections that never log in
 (per source and in total) and the slowing of wrong guesses.
@@ -28,8 +28,8 @@ from .auth import DeviceGate, Refused
 from .const import MQTT_PUBLISH_TOPIC, mqtt_topic
 from .device import XiaozhiDevice
 from .limits import SlidingWindow, Strikes
-from .link import ClientInfo
-from .mqtt_link import READ_SIZE, WRITE_TIMEOUT, MqttLink
+from .link import ClientInfo, DeviceLink
+from .mqtt_channel import READ_SIZE, WRITE_TIMEOUT, MqttChannel
 from .protocol import mqtt as codec
 from .protocol.logs import OnceLogger
 from .protocol.messages import normalize_mac
@@ -96,8 +96,8 @@ class MqttEndpoint:
         self.udp_port = udp_port
         self.host = host
         self.wanted = (port, udp_port)  # as configured (0: any free port, in tests)
-        self.links: set[MqttLink] = set()
-        self.channels: dict[bytes, MqttLink] = {}
+        self.links: set[DeviceLink] = set()
+        self.channels: dict[bytes, MqttChannel] = {}  # by the session tag of their open conversation
         self._server: asyncio.Server | None = None
         self._udp: asyncio.DatagramTransport | None = None
         # Connected, no valid CONNECT yet: by source, and all of them, oldest first (dicts keep order).
@@ -179,12 +179,12 @@ class MqttEndpoint:
 
     def on_datagram(self, data: bytes, addr: tuple[str, int]) -> None:
         """Route by the session tag; anything else is dropped (and counted)."""
-        link = self.channels.get(ssrc_of(data)) if len(data) >= 8 else None
-        if link is None:
+        channel = self.channels.get(ssrc_of(data)) if len(data) >= 8 else None
+        if channel is None:
             self.refused += 1
             self.log.report("udp_unknown", f"dropped a datagram from {addr[0]} that belongs to no session")
             return
-        link.on_datagram(data, addr)
+        channel.on_datagram(data, addr)
 
     # -- accepting devices --------------------------------------------------------------------
 
@@ -268,7 +268,7 @@ class MqttEndpoint:
             return
         self._pending.setdefault(source, {})[writer] = None
         self._pending_since[writer] = (self.hass.loop.time(), source)
-        link: MqttLink | None = None
+        link: DeviceLink | None = None
         try:
             link = await self._async_handshake(reader, writer, address)
         except (TimeoutError, codec.MqttError, ConnectionError, RuntimeError) as err:
@@ -286,7 +286,7 @@ class MqttEndpoint:
 
     async def _async_handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str
-    ) -> MqttLink | None:
+    ) -> DeviceLink | None:
         """Read the CONNECT, check the credentials, answer; the new link, or None when refused."""
         decoder = codec.PacketDecoder()
         first: codec.Packet | None = None
@@ -328,17 +328,16 @@ class MqttEndpoint:
             client_id=device.identity.client_id or connect.client_id[:64], protocol_version=3, address=address or None
         )
         vision = self.gate.vision_url()
-        return MqttLink(
+        channel = MqttChannel(
             self.hass,
             self,
-            device,
-            client,
+            mqtt_topic(device.mac),
             reader=reader,
             writer=writer,
             decoder=decoder,
             keepalive=connect.keepalive,
-            vision_url=vision,
         )
+        return DeviceLink(self.hass, device, client, channel, vision)
 
     def _authenticate(self, connect: codec.Connect, address: str) -> tuple[XiaozhiDevice | codec.ConnectCode, float]:
         """User name: the device's MAC; password: its token. With the seconds a refusal waits.

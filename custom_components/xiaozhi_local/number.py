@@ -77,4 +77,6 @@ class XiaozhiNumber(XiaozhiValueEntity, NumberEntity):
     async def async_set_native_value(self, value: float) -> None:
         """Send it (or keep it for the next connection)."""
         description = self.entity_description
-        await self.device.async_set(description.key, description.setter, {description.argument: int(value)}, int(value))
+        await self.device.values.async_set(
+            description.key, description.setter, {description.argument: int(value)}, int(value)
+        )

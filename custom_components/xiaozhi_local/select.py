@@ -94,7 +94,7 @@ class XiaozhiSelect(XiaozhiValueEntity, SelectEntity):
     async def async_select_option(self, option: str) -> None:
         """Send it (or keep it for the next connection)."""
         description = self.entity_description
-        await self.device.async_set(description.key, description.setter, {description.argument: option}, option)
+        await self.device.values.async_set(description.key, description.setter, {description.argument: option}, option)
 
 
 TRANSPORT = SelectEntityDescription(

@@ -20,9 +20,10 @@ from homeassistant.helpers.storage import Store
 
 from .admission import default_title
 from .const import DOMAIN, SUBENTRY_DEVICE
-from .device import REPORT_SAVE_DELAY, XiaozhiDevice
+from .device import XiaozhiDevice
 from .identities import IdentityJournal, token_hash
 from .pairing import new_token
+from .readings import REPORT_SAVE_DELAY
 
 _LOGGER = logging.getLogger(__name__)
 

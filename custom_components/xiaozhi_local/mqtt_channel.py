@@ -1,7 +1,7 @@
 """One device on the MQTT transport: its packets, its keepalive and its UDP audio channel.
 
-The endpoint (``mqtt.py``) accepts the TCP connection and the CONNECT; from then on this link is
-the device's: JSON messages are PUBLISHes both ways, and while a conversation is open (the
+The endpoint (``mqtt.py``) accepts the TCP connection and the CONNECT; from then on this channel
+carries the device's link: JSON messages are PUBLISHes both ways, and while a conversation is open (the
 device's hello opens it, ``goodbye`` ends it) its audio goes over the endpoint's UDP socket,
 proved and routed by ``protocol/udp.py``'s ``AudioPeer``. See docs/protocol.md §3.
 """
@@ -14,9 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers.event import async_call_later
 
-from .const import mqtt_topic
-from .device import XiaozhiDevice
-from .link import ClientInfo, DeviceLink
+from .channel import Channel
 from .protocol import mqtt as codec
 from .protocol.messages import ClientHello, ControlMessage, server_hello
 from .protocol.session import HelloReply
@@ -43,10 +41,10 @@ MAX_WRITE_BUFFER: Final = 256 * 1024
 """Bytes queued for a device that does not read before its link is dropped."""
 
 
-class MqttLink(DeviceLink):
+class MqttChannel(Channel):
     """One device connected over MQTT, with its UDP audio channel while a conversation is open."""
 
-    transport_name = "mqtt"
+    name = "mqtt"
     audio_in_order = False  # UDP beside MQTT
     conversation_is_connection = False  # each hello opens one, goodbye ends it
 
@@ -54,36 +52,35 @@ class MqttLink(DeviceLink):
         self,
         hass: HomeAssistant,
         endpoint: MqttEndpoint,
-        device: XiaozhiDevice,
-        client: ClientInfo,
+        topic: str,
         *,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         decoder: codec.PacketDecoder,
         keepalive: int,
-        vision_url: str | None,
     ) -> None:
+        self.hass = hass
         self.endpoint = endpoint
         self.reader = reader
         self.writer = writer
         self.decoder = decoder
         self.keepalive = keepalive
-        self.topic = mqtt_topic(device.mac)
+        self.topic = topic
         self.audio: AudioPeer | None = None  # the conversation's UDP channel and where its audio goes
         self.closing = False
         self._cancel_udp_check: CALLBACK_TYPE | None = None
-        super().__init__(hass, device, client, vision_url)
 
-    def _hello_reply_builder(self) -> HelloReply:
+    def hello_reply_builder(self) -> HelloReply:
         """Each hello opens a conversation with its own UDP channel: the server hello names it."""
         return self._hello_reply
 
-    # -- the link ------------------------------------------------------------------------------
+    # -- the connection ------------------------------------------------------------------------------
 
-    async def run(self) -> None:
+    async def async_receive(self) -> None:
         """The device is in from its CONNECT: discovery starts now, then packets until it leaves."""
+        link = self.link
         try:
-            await self.session.start_without_hello()
+            await link.session.start_without_hello()
             # The firmware pings every keepalive seconds; 1.5 times that without a packet is a dead link.
             # Keepalive 0 ("none") or an absurd one is not honoured: a silent link would stay forever.
             keepalive = self.keepalive if 0 < self.keepalive <= MAX_KEEPALIVE else MAX_KEEPALIVE
@@ -98,16 +95,16 @@ class MqttLink(DeviceLink):
                 if not data:
                     return
         except TimeoutError:
-            _LOGGER.info("Device %s sent nothing within its keepalive; closing its MQTT link", self.device.mac)
+            _LOGGER.info("Device %s sent nothing within its keepalive; closing its MQTT link", self.mac)
         except codec.MqttError as err:
-            self.log.report(f"mqtt_{err.kind}", f"closed its MQTT link: {err.detail}")
+            self.link.log.report(f"mqtt_{err.kind}", f"closed its MQTT link: {err.detail}")
         except (ConnectionError, RuntimeError) as err:
-            _LOGGER.debug("Device %s: MQTT link lost: %s", self.device.mac, err)
+            _LOGGER.debug("Device %s: MQTT link lost: %s", self.mac, err)
         finally:
             self._close_channel()
-            self._cleanup()
+            link.ended()
             self.writer.close()
-            self.endpoint.links.discard(self)
+            self.endpoint.links.discard(link)
 
     async def _async_handle(self, packet: codec.Packet) -> bool:
         """One packet from the device; False ends the link."""
@@ -121,9 +118,9 @@ class MqttLink(DeviceLink):
             try:
                 text = publish.payload.decode()
             except UnicodeDecodeError:
-                self.log.report("not_text", "dropped an MQTT message that is not UTF-8")
+                self.link.log.report("not_text", "dropped an MQTT message that is not UTF-8")
                 return True
-            await self.session.handle_text(text)
+            await self.link.async_receive_text(text)
         elif kind == codec.PacketType.PINGREQ:
             await self._async_write(codec.PINGRESP)
         elif kind == codec.PacketType.SUBSCRIBE:  # py-xiaozhi subscribes; delivery needs none
@@ -154,18 +151,17 @@ class MqttLink(DeviceLink):
             except TimeoutError:
                 drained = False
         if not drained:
-            _LOGGER.info("Device %s does not read what is sent to it; dropping its MQTT link", self.device.mac)
+            _LOGGER.info("Device %s does not read what is sent to it; dropping its MQTT link", self.mac)
             self.writer.transport.abort()
             raise ConnectionError("the device does not read")
 
-    async def _async_send_text(self, text: str) -> None:
+    async def async_send_text(self, text: str) -> None:
+        """One JSON message, published on the device's topic (QoS 0)."""
         await self._async_write(codec.publish(self.topic, text.encode()))
 
     async def async_close(self, reason: str, code: int = 1000) -> None:
         """MQTT 3.1.1 has no server DISCONNECT: the socket is closed (the device reconnects in 60 s)."""
-        _LOGGER.debug("Closing the MQTT link of %s: %s", self.device.mac, reason)
         self.closing = True
-        self.session.close(reason)
         self.writer.close()
         try:
             async with asyncio.timeout(WRITE_TIMEOUT):
@@ -183,22 +179,20 @@ class MqttLink(DeviceLink):
         stopped reading (or its firmware hangs): its link is closed, as an unanswered WebSocket
         ping closes a connection.
         """
-        if self.session.mcp.unanswered_in_a_row >= UNANSWERED_LIMIT and not self.closing:
+        if self.link.requests_unanswered >= UNANSWERED_LIMIT and not self.closing:
             _LOGGER.info(
                 "Device %s answered none of its last %d requests; closing its MQTT link",
-                self.device.mac,
+                self.mac,
                 UNANSWERED_LIMIT,
             )
-            self.device.async_create_task(
-                self.async_close("answers no request"), f"xiaozhi_local close {self.device.mac}"
-            )
+            self.link.create_task(self.link.async_close("answers no request"), "close")
 
     # -- the audio channel ---------------------------------------------------------------------
 
     @property
     def audio_open(self) -> bool:
         """Audio reaches the device only through a channel it opened and proved (a datagram)."""
-        return self.channel is not None and self.peer is not None
+        return self.udp is not None and self.peer is not None
 
     def _hello_reply(self, hello: ClientHello) -> dict[str, Any]:
         """A device hello opens a conversation: new keys, a new session id, the UDP address."""
@@ -208,14 +202,15 @@ class MqttLink(DeviceLink):
             channel = AudioChannel(frame_ms=hello.audio_params.frame_duration)
         self.audio = AudioPeer(channel)
         self.endpoint.channels[channel.ssrc] = self
-        self.session.session_id = secrets.token_hex(8)
-        reply = server_hello(self.session.session_id, self.session.sample_rate)
+        session = self.link.session
+        session.session_id = secrets.token_hex(8)
+        reply = server_hello(session.session_id, session.sample_rate)
         reply["transport"] = "udp"
         reply["udp"] = channel.hello_fields(self.endpoint.udp_host(self.writer), self.endpoint.udp_port)
-        self.device.async_open_conversation(self)  # a new one: nothing of the last (its silence) carries over
+        self.link.conversation_opened()  # a new one: nothing of the last (its silence) carries over
         return reply
 
-    def _close_channel(self) -> None:
+    def _close_channel(self, *, by_device: bool = False) -> None:
         if self._cancel_udp_check is not None:
             self._cancel_udp_check()
             self._cancel_udp_check = None
@@ -224,11 +219,10 @@ class MqttLink(DeviceLink):
         if self.endpoint.channels.get(self.audio.channel.ssrc) is self:
             del self.endpoint.channels[self.audio.channel.ssrc]
         self.audio = None
-        self.device.async_end_conversation(self)
-        self.device.async_link_changed()
+        self.link.conversation_closed(by_device=by_device)
 
     @property
-    def channel(self) -> AudioChannel | None:
+    def udp(self) -> AudioChannel | None:
         """The open conversation's keys and counters."""
         return self.audio.channel if self.audio is not None else None
 
@@ -246,70 +240,68 @@ class MqttLink(DeviceLink):
         try:
             packets = audio.receive(data, addr)
         except UdpError as err:
-            self.log.report(f"udp_{err.kind}", f"dropped a datagram from {addr[0]}: {err.detail}")
+            self.link.log.report(f"udp_{err.kind}", f"dropped a datagram from {addr[0]}: {err.detail}")
             return
         if audio.address != was:
             if was is None and self.endpoint.udp_blocked:
                 self.endpoint.udp_blocked = False
                 async_udp_arrived(self.hass)
             if was is not None:
-                _LOGGER.debug("Device %s now sends audio from %s", self.device.mac, addr)
-            self.device.async_link_changed()
+                _LOGGER.debug("Device %s now sends audio from %s", self.mac, addr)
+            self.link.channel_changed()
         for packet in packets:
-            self.audio_frames += 1
-            self._deliver_audio(packet)
+            self.link.deliver_audio(packet)
 
     async def async_send_audio(self, packet: bytes, timestamp: int = 0) -> bool:
         """One Opus packet over UDP; False while no proved channel is open."""
-        channel, peer = self.channel, self.peer
+        channel, peer = self.udp, self.peer
         if channel is None or peer is None or self.closing:
             return False
         try:
             datagram = channel.seal(packet, timestamp)
         except UdpError as err:
-            self.log.report(f"udp_{err.kind}", err.detail)
+            self.link.log.report(f"udp_{err.kind}", err.detail)
             return False
         return self.endpoint.send_datagram(datagram, peer)
 
-    def on_control(self, message: ControlMessage) -> None:
+    def on_control(self, message: ControlMessage) -> bool:
         """``goodbye`` ends the conversation (the link stays); the rest goes to the satellite."""
         if message.type == "listen" and message.data.get("state") == "start":
             if self.audio is not None:
                 self.audio.new_turn()
             self._expect_audio()
         if message.type == "goodbye":
-            self._close_channel()
-            if (voice := self.device.voice) is not None:
-                voice.on_disconnect(self)
-            return
-        super().on_control(message)
+            self._close_channel(by_device=True)
+            return True
+        return False
 
     @callback
     def _expect_audio(self) -> None:
         """The device streams its microphone now: its first datagram should arrive soon."""
-        if self.peer is not None or self._cancel_udp_check is not None or self.channel is None:
+        if self.peer is not None or self._cancel_udp_check is not None or self.udp is None:
             return
 
         @callback
         def check(_now: Any) -> None:
             self._cancel_udp_check = None
-            if self.channel is not None and self.peer is None and not self.closing:
+            if self.udp is not None and self.peer is None and not self.closing:
                 _LOGGER.warning(
                     "Device %s talks, but none of its audio reached UDP port %s: a firewall, or Docker "
                     "without host networking, blocks it",
-                    self.device.mac,
+                    self.mac,
                     self.endpoint.udp_port,
                 )
                 self.endpoint.udp_blocked = True
-                async_udp_blocked(self.hass, self.device.name, self.endpoint.udp_port)
+                async_udp_blocked(self.hass, self.link.device.name, self.endpoint.udp_port)
 
         self._cancel_udp_check = async_call_later(self.hass, UDP_DEADLINE, check)
 
-    async def async_end_conversation(self, reason: str) -> None:
-        """``goodbye``: the device closes its audio channel and goes idle; the link stays."""
-        if self.channel is None:
-            return
-        _LOGGER.debug("Ending the conversation of %s: %s", self.device.mac, reason)
-        session_id = self.session.session_id
+    async def async_end_conversation(self, reason: str) -> bool:
+        """``goodbye``: the device closes its audio channel and goes idle; the connection stays."""
+        if self.udp is None:
+            return True
+        _LOGGER.debug("Ending the conversation of %s: %s", self.mac, reason)
+        session_id = self.link.session.session_id
         self._close_channel()
-        await self.async_send_json({"type": "goodbye", "session_id": session_id})
+        await self.link.async_send_json({"type": "goodbye", "session_id": session_id})
+        return True
