@@ -35,6 +35,7 @@ import av.error
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from .assets import ASSETS_PARTITION, AssetsFailed, AssetsPartition
 from .firmware import FlashedImage, UpgradeFailed, download_and_flash, firmware_offer
 from .mcp_server import McpServer, is_v25
 from .ota import OtaClient, OtaError, OtaTiming
@@ -108,6 +109,10 @@ class SimulatorOptions:
     """Seconds added to each 4 KiB page of a firmware download (weak Wi-Fi; tests act mid-way)."""
     fail_flash: bool = False
     """Every flash fails at ``esp_ota_end`` (a worn flash): the device keeps its version."""
+    assets_partition: int = ASSETS_PARTITION
+    """Bytes of its ``assets`` partition (in its partition table; a larger pack is refused)."""
+    assets_pack: bytes | None = None
+    """What its assets partition holds at first (None: a default pack that wakes on 你好小智)."""
     reboots: bool = False
     """After a reboot it boots again by itself, as a real device does: the OTA check (where a
     ``firmware`` in the answer is installed), then its transport. Off: the caller boots it."""
@@ -131,7 +136,10 @@ class SimulatedDevice:
             options.firmware_version,
             options.chip,
             app_size=options.app_partition,
+            assets_size=options.assets_partition,
         )
+        self.assets = AssetsPartition(options.assets_partition, options.assets_pack)
+        """Its assets partition: the wake word it reports comes from there (``CheckAssetsVersion``)."""
         self.mcp = McpServer(options.board, options.firmware_version, errors_as_results=options.flavor == "py-xiaozhi")
         self.frame_ms = options.frame_ms or (20 if options.flavor == "py-xiaozhi" else 60)
         if options.flavor == "py-xiaozhi":  # a desktop: its volume tools, no status object
@@ -151,7 +159,7 @@ class SimulatedDevice:
         if options.ir:
             add_ir_tools(self.mcp, self.state)
         add_extra_tools(self.mcp, options.extra_tools)
-        add_user_only_tools(self.mcp, self.system_info, self._schedule_reboot, self.upgrade)
+        add_user_only_tools(self.mcp, self.system_info, self._schedule_reboot, self.upgrade, self._set_assets_url)
         if options.flavor == "xiaozhi-sdk":
             rename_for_sdk(self.mcp)
         self.session_id = ""
@@ -320,6 +328,7 @@ class SimulatedDevice:
         at once; after a successful flash the device restarts, so the check runs again with the
         new version. A failed upgrade lets the boot go on with the old one.
         """
+        await self.check_assets()
         while True:
             client = OtaClient(self, ota_url, timing, on_code)
             self.ota = client
@@ -330,6 +339,30 @@ class SimulatedDevice:
                 self.boots += 1
                 self.booted.set()
                 return answer
+
+    # -- the assets partition (``Application::CheckAssetsVersion``) -----------------------------
+
+    def _set_assets_url(self, url: str) -> None:
+        self.nvs.setdefault("assets", {})["download_url"] = url
+        self.save_nvs()
+
+    @property
+    def wake_word(self) -> str | None:
+        """What it sends as ``listen detect`` text when its wake word is heard (None: it has none)."""
+        return self.assets.wake_word
+
+    async def check_assets(self) -> None:
+        """At boot, before the OTA check: a stored download URL is erased, then fetched and applied."""
+        url = self.nvs.get("assets", {}).pop("download_url", None)
+        if not isinstance(url, str) or not url:
+            return
+        self.save_nvs()
+        self.device_state = "upgrading"
+        try:
+            await self.assets.download(url)
+        except AssetsFailed as err:
+            _LOGGER.warning("Assets download failed: %s", err)
+        self.device_state = "idle"
 
     # -- firmware upgrades (``Application::UpgradeFirmware``) ------------------------------------
 

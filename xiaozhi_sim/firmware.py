@@ -96,7 +96,9 @@ def build_image(
     return bytes(body)
 
 
-def flash_image(app: bytes, *, app_offset: int = 0x20000, app_size: int = 0x100000) -> bytes:
+def flash_image(
+    app: bytes, *, app_offset: int = 0x20000, app_size: int = 0x100000, assets: bytes | None = None
+) -> bytes:
     """A merged flash image (``idf.py merge-bin``) with ``app`` in its first app partition.
 
     A stand-in bootloader image at 0 (it has no app description), the partition table at
@@ -111,11 +113,14 @@ def flash_image(app: bytes, *, app_offset: int = 0x20000, app_size: int = 0x1000
         (1, 1, 0xF000, 0x1000, "phy_init"),
         (0, 0x10, app_offset, app_size, "ota_0"),
         (0, 0x11, app_offset + app_size, app_size, "ota_1"),
+        *([(1, 0x82, app_offset + 2 * app_size, 0x100000, "assets")] if assets is not None else []),
     ):
         table += b"\xaa\x50" + struct.pack("<BBII", kind, subtype, offset, length)
         table += label.encode().ljust(16, b"\0") + bytes(4)
     table += b"\xeb\xeb" + b"\xff" * 14 + hashlib.md5(bytes(table)).digest()  # as gen_esp32part
     image = bytearray(b"\xff" * (app_offset + len(app) + 4096))
+    if assets is not None:  # the board's default pack in its assets partition (after both app slots)
+        image = image.ljust(app_offset + 2 * app_size, b"\xff") + assets + b"\xff" * 4096
     image[0 : len(bootloader)] = bootloader
     image[0x8000 : 0x8000 + len(table)] = table
     image[app_offset : app_offset + len(app)] = app

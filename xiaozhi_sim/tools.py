@@ -258,8 +258,13 @@ def add_user_only_tools(
     system_info: dict[str, Any],
     reboot: Callable[[], None],
     upgrade: Callable[[str], Awaitable[bool]],
+    set_assets_url: Callable[[str], None] = lambda _url: None,
 ) -> None:
     """``AddUserOnlyTools``: listed only with ``withUserTools``; annotated ``audience: ["user"]``."""
+
+    async def do_set_assets_url(args: dict[str, Any]) -> ToolValue:
+        set_assets_url(str(args["url"]))  # NVS assets/download_url: fetched at the next boot
+        return True
 
     async def do_reboot(_args: dict[str, Any]) -> ToolValue:
         reboot()
@@ -294,7 +299,7 @@ def add_user_only_tools(
             "self.assets.set_download_url",
             "Set the download url for the assets",
             [Property("url", "string")],
-            _const(True),
+            do_set_assets_url,
         ),
     ):
         tool.user_only = True
@@ -305,7 +310,7 @@ APP_PARTITION = 0x3F0000
 """Each app slot of the firmware's 16 MB layout (``partitions/v2/16m.csv``)."""
 
 
-def partition_table(app_size: int = APP_PARTITION) -> list[dict[str, Any]]:
+def partition_table(app_size: int = APP_PARTITION, assets_size: int = 0x800000) -> list[dict[str, Any]]:
     """``Board::GetSystemInfoJson``'s ``partition_table``: the firmware's 16 MB layout (two app slots)."""
     rows = [
         ("nvs", 1, 2, 0x9000, 0x4000),
@@ -313,7 +318,7 @@ def partition_table(app_size: int = APP_PARTITION) -> list[dict[str, Any]]:
         ("phy_init", 1, 1, 0xF000, 0x1000),
         ("ota_0", 0, 0x10, 0x20000, app_size),
         ("ota_1", 0, 0x11, 0x20000 + app_size, app_size),
-        ("assets", 1, 0x82, 0x800000, 0x800000),
+        ("assets", 1, 0x82, 0x800000, assets_size),
     ]
     return [
         {"label": label, "type": kind, "subtype": subtype, "address": address, "size": size}
@@ -322,7 +327,14 @@ def partition_table(app_size: int = APP_PARTITION) -> list[dict[str, Any]]:
 
 
 def system_info(
-    mac: str, uuid: str, board: str, version: str, chip: str = "esp32s3", *, app_size: int = APP_PARTITION
+    mac: str,
+    uuid: str,
+    board: str,
+    version: str,
+    chip: str = "esp32s3",
+    *,
+    app_size: int = APP_PARTITION,
+    assets_size: int = 0x800000,
 ) -> dict[str, Any]:
     """The OTA body / ``self.get_system_info`` JSON (abridged, real keys)."""
     return {
@@ -341,7 +353,7 @@ def system_info(
             "idf_version": "v6.0",
             "elf_sha256": "0" * 64,
         },
-        "partition_table": partition_table(app_size),
+        "partition_table": partition_table(app_size, assets_size),
         "ota": {"label": "ota_0"},
         "display": {"monochrome": False, "width": 240, "height": 240},
         "board": {

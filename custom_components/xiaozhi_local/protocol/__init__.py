@@ -10,13 +10,14 @@ schemas), ``voice`` (what the device is told during a conversation), ``framing``
 audio frames), ``opus`` (Opus packets), ``pcm`` (PCM, resampling), ``ogg`` (Ogg Opus), ``wav``
 (WAV streams), ``pacing`` (real-time sending), ``sentences`` (text shown while speaking),
 ``mqtt`` (the MQTT codec), ``udp`` (the encrypted audio channel), ``firmware``
-(ESP app images and versions).
+(ESP app images and versions), ``assets`` (the assets pack: wake word model, font, emoji).
 """
 
 __version__ = "0.1.0"
 """The integration's version (``manifest.json``): the protocol package ships with it."""
 
 __all__ = [
+    "assets",
     "firmware",
     "framing",
     "logs",

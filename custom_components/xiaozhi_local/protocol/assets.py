@@ -1,0 +1,301 @@
+"""The assets pack of stock firmware (wake word model, text font, emoji) and ESP-SR's model pack.
+
+Read from the firmware's source (``main/assets.cc``, ``scripts/build_default_assets.py``) and
+ESP-SR's ``pack_model.py``; see docs/protocol.md §16. All integers are little-endian.
+
+The assets pack, written as it is into the partition labelled ``assets``::
+
+    u32 file_count, u32 checksum, u32 length
+    file_count × (name[32] NUL-padded, u32 size, u32 offset, u16 width, u16 height)
+    the files, each preceded by the magic ``ZZ``; ``offset`` counts from the end of the table
+    and points at the magic; ``checksum`` is the sum of the ``length`` bytes after the header
+    (unsigned), masked to 16 bits.
+
+``index.json`` (a file of the pack) names the ESP-SR model pack (``srmodels``) among others. The
+model pack is ``u32 model_count``, then per model ``name[32], u32 file_count`` and per file
+``name[32], u32 offset, u32 length`` (offsets from the pack's start), then the data. A WakeNet
+model is a folder of ESP-SR's ``model/wakenet_model/``: its ``_MODEL_INFO_`` names the wake word,
+which the firmware sends as the ``listen detect`` text when it hears it.
+"""
+
+from dataclasses import dataclass
+import json
+import struct
+from typing import Any, Final
+
+HEADER: Final = struct.Struct("<III")
+ENTRY: Final = struct.Struct("<32sIIHH")
+MAGIC: Final = b"ZZ"
+NAME_LENGTH: Final = 32
+INDEX: Final = "index.json"
+INDEX_VERSION: Final = 1
+"""The newest ``index.json`` version the firmware reads ("please upgrade the firmware" above)."""
+MAX_FILES: Final = 4096
+MAX_MODELS: Final = 64
+WAKENET_PREFIX: Final = "wn"
+"""ESP-SR's ``ESP_WN_PREFIX``: the models the firmware's wake word engine picks from."""
+MULTINET_PREFIX: Final = "mn"
+MODEL_INFO: Final = "_MODEL_INFO_"
+
+
+class AssetsError(ValueError):
+    """A pack or model the firmware would refuse, with a kind for the log and the entity."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class AssetFile:
+    """One file of an assets pack (``width``/``height`` are set for images only)."""
+
+    name: str
+    data: bytes
+    width: int = 0
+    height: int = 0
+
+
+def checksum(data: bytes | bytearray | memoryview) -> int:
+    """The firmware's ``CalculateChecksum``: the sum of the bytes, masked to 16 bits."""
+    return sum(data) & 0xFFFF
+
+
+def _name(raw: bytes) -> str:
+    try:
+        return raw.split(b"\0", 1)[0].decode()
+    except UnicodeDecodeError:
+        raise AssetsError("bad_name", "a file name is not UTF-8") from None
+
+
+def _fixed(name: str) -> bytes:
+    raw = name.encode()
+    if not raw or len(raw) > NAME_LENGTH:
+        raise AssetsError("bad_name", f"the name {name!r} does not fit {NAME_LENGTH} bytes")
+    return raw.ljust(NAME_LENGTH, b"\0")
+
+
+def _sort_key(file: AssetFile) -> tuple[str, str]:
+    """As the firmware's pack tools order the files: by extension, then by name."""
+    base, _, ext = file.name.rpartition(".")
+    return (f".{ext}", base) if base else ("", file.name)
+
+
+def build_pack(files: list[AssetFile]) -> bytes:
+    """An assets pack of ``files``, as the firmware's tools write it."""
+    if len({file.name for file in files}) != len(files):
+        raise AssetsError("duplicate", "two files of the pack have the same name")
+    table = bytearray()
+    data = bytearray()
+    for file in sorted(files, key=_sort_key):
+        table += ENTRY.pack(_fixed(file.name), len(file.data), len(data), file.width, file.height)
+        data += MAGIC + file.data
+    body = bytes(table + data)
+    return HEADER.pack(len(files), checksum(body), len(body)) + body
+
+
+def parse_pack(pack: bytes, partition_size: int | None = None) -> dict[str, AssetFile]:
+    """The files of a pack, checked as ``Assets::InitializePartition`` and ``GetAssetData`` do."""
+    if len(pack) < HEADER.size:
+        raise AssetsError("truncated", "the pack is shorter than its header")
+    if partition_size is not None and len(pack) > partition_size:
+        raise AssetsError(
+            "too_big", f"the pack ({len(pack)} bytes) is larger than the assets partition ({partition_size})"
+        )
+    count, stored, length = HEADER.unpack_from(pack)
+    if length > len(pack) - HEADER.size:
+        raise AssetsError(
+            "truncated", f"the header says {length} bytes of data, the pack has {len(pack) - HEADER.size}"
+        )
+    if count > MAX_FILES or HEADER.size + count * ENTRY.size > HEADER.size + length:
+        raise AssetsError("bad_table", f"a table of {count} files does not fit the pack")
+    body = memoryview(pack)[HEADER.size : HEADER.size + length]
+    if checksum(body) != stored:
+        raise AssetsError("checksum", f"the checksum is {checksum(body):#06x}, the header says {stored:#06x}")
+    files: dict[str, AssetFile] = {}
+    start = HEADER.size + count * ENTRY.size
+    for index in range(count):
+        raw_name, size, offset, width, height = ENTRY.unpack_from(pack, HEADER.size + index * ENTRY.size)
+        name = _name(raw_name)
+        at = start + offset
+        if at + len(MAGIC) + size > HEADER.size + length:
+            raise AssetsError("bad_table", f"{name} runs past the end of the pack")
+        if pack[at : at + len(MAGIC)] != MAGIC:
+            raise AssetsError("bad_magic", f"{name} does not start with the magic ZZ")
+        files[name] = AssetFile(name, bytes(pack[at + len(MAGIC) : at + len(MAGIC) + size]), width, height)
+    return files
+
+
+def read_index(files: dict[str, AssetFile]) -> dict[str, Any]:
+    """The pack's ``index.json``, checked as ``Assets::Apply`` reads it."""
+    if INDEX not in files:
+        raise AssetsError("no_index", "the pack has no index.json")
+    try:
+        index = json.loads(files[INDEX].data)
+    except ValueError, UnicodeDecodeError:
+        raise AssetsError("bad_index", "index.json is not valid JSON") from None
+    if not isinstance(index, dict):
+        raise AssetsError("bad_index", "index.json is not an object")
+    version = index.get("version")
+    if isinstance(version, int | float) and not isinstance(version, bool) and version > INDEX_VERSION:
+        raise AssetsError("bad_index", f"index.json version {version} needs newer firmware")
+    return index
+
+
+type Models = dict[str, dict[str, bytes]]
+"""ESP-SR models by name (``wn9_hiesp``), each its files by name (``wn9_data``)."""
+
+
+def build_models(models: Models) -> bytes:
+    """An ESP-SR model pack (``srmodels.bin``), as ``pack_model.py`` writes it."""
+    files = sum(len(model) for model in models.values())
+    header_length = 4 + len(models) * (NAME_LENGTH + 4) + files * (NAME_LENGTH + 8)
+    header = bytearray(struct.pack("<I", len(models)))
+    data = bytearray()
+    for name, model in models.items():
+        header += _fixed(name) + struct.pack("<I", len(model))
+        for file_name, content in model.items():
+            header += _fixed(file_name) + struct.pack("<II", header_length + len(data), len(content))
+            data += content
+    return bytes(header + data)
+
+
+def parse_models(pack: bytes) -> Models:
+    """The models of an ESP-SR model pack (``srmodel_load``), bounds checked."""
+    try:
+        (count,) = struct.unpack_from("<I", pack)
+        if count > MAX_MODELS:
+            raise AssetsError("bad_models", f"the model pack says {count} models")
+        at = 4
+        models: Models = {}
+        for _ in range(count):
+            name = _name(pack[at : at + NAME_LENGTH])
+            (files,) = struct.unpack_from("<I", pack, at + NAME_LENGTH)
+            at += NAME_LENGTH + 4
+            if files > MAX_FILES:
+                raise AssetsError("bad_models", f"model {name} says {files} files")
+            model: dict[str, bytes] = {}
+            for _ in range(files):
+                file_name = _name(pack[at : at + NAME_LENGTH])
+                offset, length = struct.unpack_from("<II", pack, at + NAME_LENGTH)
+                at += NAME_LENGTH + 8
+                if offset + length > len(pack):
+                    raise AssetsError("bad_models", f"{name}/{file_name} runs past the end of the model pack")
+                model[file_name] = bytes(pack[offset : offset + length])
+            models[name] = model
+    except struct.error:
+        raise AssetsError("bad_models", "the model pack is truncated") from None
+    return models
+
+
+def wake_word_of(model: dict[str, bytes]) -> str:
+    """The wake word a WakeNet model reports (``_MODEL_INFO_``: ``wakeNet9_v1h24_Hi,ESP_3_0.63_0.635``)."""
+    info = model.get(MODEL_INFO) or model.get(f"{MODEL_INFO}p1")
+    if info is None:
+        raise AssetsError("bad_model", "the model has no _MODEL_INFO_")
+    try:
+        fields = info.decode().strip().split("_")
+    except UnicodeDecodeError:
+        raise AssetsError("bad_model", "its _MODEL_INFO_ is not text") from None
+    if len(fields) < 4 or not fields[0].lower().startswith("wakenet") or not fields[2]:
+        raise AssetsError("bad_model", f"its _MODEL_INFO_ names no wake word: {info[:64]!r}")
+    return fields[2]
+
+
+def wakenet_generation(model: dict[str, bytes]) -> int | None:
+    """The WakeNet generation of a model (9 for ``wakeNet9l_…``), if its ``_MODEL_INFO_`` says."""
+    info = model.get(MODEL_INFO) or model.get(f"{MODEL_INFO}p1") or b""
+    head = info.decode(errors="replace").split("_", 1)[0].lower().removeprefix("wakenet")
+    digits = "".join(ch for ch in head if ch.isdigit())
+    return int(digits) if digits else None
+
+
+@dataclass(frozen=True, slots=True)
+class PackWakeWord:
+    """What a pack makes the device wake on: the WakeNet model and its word, or None."""
+
+    model: str | None
+    word: str | None
+    srmodels: str | None
+    """The file of the pack that holds the models (``index.json``'s ``srmodels``)."""
+
+
+def pack_wake_word(files: dict[str, AssetFile]) -> PackWakeWord:
+    """The WakeNet model the firmware would load from a pack (the first whose name starts ``wn``)."""
+    index = read_index(files)
+    srmodels = index.get("srmodels")
+    if not isinstance(srmodels, str):
+        return PackWakeWord(None, None, None)
+    if srmodels not in files:
+        raise AssetsError("no_models", f"index.json names {srmodels}, which the pack lacks")
+    for name, model in parse_models(files[srmodels].data).items():
+        if name.startswith(WAKENET_PREFIX):
+            return PackWakeWord(name, wake_word_of(model), srmodels)
+    return PackWakeWord(None, None, srmodels)
+
+
+def with_wakenet(pack: bytes, name: str, model: dict[str, bytes]) -> bytes:
+    """``pack`` with its WakeNet model replaced by ``model`` (everything else kept as it was)."""
+    if not name.startswith(WAKENET_PREFIX):
+        raise AssetsError("bad_model", f"{name} is not a WakeNet model (its name must start with {WAKENET_PREFIX})")
+    wake_word_of(model)  # a model the firmware can name
+    files = parse_pack(pack)
+    index = read_index(files)
+    srmodels = index.get("srmodels")
+    models: Models = {}
+    if isinstance(srmodels, str) and srmodels in files:
+        models = {
+            key: value
+            for key, value in parse_models(files[srmodels].data).items()
+            if not key.startswith(WAKENET_PREFIX)
+        }
+    else:
+        srmodels = "srmodels.bin"
+        index["srmodels"] = srmodels
+    models = {name: model, **models}  # the wake word engine takes the first WakeNet model
+    files[srmodels] = AssetFile(srmodels, build_models(models))
+    files[INDEX] = AssetFile(INDEX, json.dumps(index, ensure_ascii=False, indent=4).encode())
+    return build_pack(list(files.values()))
+
+
+def check_pack(pack: bytes, partition_size: int, *, word: str | None = None) -> PackWakeWord:
+    """Raise AssetsError unless the device would take ``pack`` (and wake on ``word``, when given)."""
+    if partition_size <= 0:
+        raise AssetsError("no_partition", "the device reports no assets partition")
+    files = parse_pack(pack, partition_size)
+    found = pack_wake_word(files)
+    if word is not None and found.word != word:
+        raise AssetsError("wrong_word", f"the pack wakes on {found.word!r}, not {word!r}")
+    return found
+
+
+def assets_partition_size(table: Any) -> int | None:
+    """The size of the partition labelled ``assets`` in a reported ``partition_table``; None if absent."""
+    if not isinstance(table, list):
+        return None
+    for entry in table[:64]:
+        if isinstance(entry, dict) and entry.get("label") == "assets":
+            size = entry.get("size")
+            if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+                return size
+    return None
+
+
+def pack_in_flash_image(image: bytes, partitions: list[tuple[str, int, int]]) -> bytes:
+    """The assets pack a merged flash image holds (``partitions``: label, offset, size of its table).
+
+    A release's ``merged-binary.bin`` holds the board's default pack at its ``assets`` partition;
+    the pack ends where its header says (the rest of the partition is erased flash).
+    """
+    for label, offset, size in partitions:
+        if label != "assets":
+            continue
+        region = image[offset : offset + size]
+        if len(region) < HEADER.size:
+            raise AssetsError("no_pack", "the flash image ends before its assets partition")
+        _count, _sum, length = HEADER.unpack_from(region)
+        if length > len(region) - HEADER.size:
+            raise AssetsError("no_pack", "the assets partition of the flash image holds no pack")
+        return bytes(region[: HEADER.size + length])
+    raise AssetsError("no_partition", "the flash image has no assets partition")
