@@ -217,6 +217,24 @@ def demo_firmware(config_dir: Path) -> None:
         path.write_bytes(build_image(version, size=1_500_000))
 
 
+def demo_wake_words(config_dir: Path) -> None:
+    """The wake word folder: the simulated board's default pack and a stand-in "Hi ESP" model (once).
+
+    The model's ``_MODEL_INFO_`` is esp-sr's; its data is not (the simulator only reads the word).
+    """
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from xiaozhi_sim.assets import default_pack  # noqa: PLC0415
+
+    folder = config_dir / "xiaozhi_wake_words"
+    model = folder / "wn9_hiesp"
+    if not model.exists():
+        model.mkdir(parents=True)
+        (folder / f"{DEMO_FIRMWARE[0]}.bin").write_bytes(default_pack())
+        (model / "_MODEL_INFO_").write_text("wakeNet9_v1h24_Hi,ESP_3_0.63_0.635")
+        (model / "wn9_data").write_bytes(bytes(range(256)) * 256)
+        (model / "wn9_index").write_bytes(bytes(64))
+
+
 UI_FILES = {"automations.yaml": "[]\n", "scripts.yaml": "", "scenes.yaml": "[]\n"}
 """What a new Home Assistant's configuration includes, where the UI keeps what it makes."""
 
@@ -263,6 +281,7 @@ def main(config_dir: Path, port: int = HA_PORT) -> None:
     default_files(config_dir)
     keep_port(config_dir, port)
     demo_firmware(config_dir)
+    demo_wake_words(config_dir)
     hub = seed_entry(
         config_dir,
         [

@@ -62,6 +62,21 @@ await shot("update");
 await page.keyboard.press("Escape");
 await page.waitForTimeout(500);
 
+// The Wake word select of the paired device, its options open.
+await open(`/config/devices/device/${deviceId}`, "Wake word");
+const wakeWord = page.locator("ha-select", { hasText: "Wake word" }).first();
+await wakeWord.scrollIntoViewIfNeeded();
+await wakeWord.click();
+await page.waitForTimeout(1500);
+const box = await wakeWord.boundingBox();
+await page.screenshot({
+  path: `${out}/wake-word.png`,
+  clip: { x: Math.max(0, box.x - 60), y: Math.max(0, box.y - 140), width: 420, height: 520 },
+});
+console.log(`${out}/wake-word.png`);
+await page.keyboard.press("Escape");
+await page.waitForTimeout(500);
+
 // Voice assistants: the device among the assistants' devices.
 await open("/config/voice-assistants/assistants", "Assist");
 await shot("voice-assistants");

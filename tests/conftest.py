@@ -2,6 +2,7 @@
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
@@ -191,10 +192,18 @@ async def mqtt_online(hub: XiaozhiHub, client: TestClient[Any, Any], **options: 
     return device
 
 
+@functools.cache
+def first_packets(frame_ms: int) -> tuple[bytes, ...]:
+    """Three frames of silence, encoded once: a PyAV encoder keeps native threads until Python's
+    cyclic garbage collector frees it, so one per conversation would pile threads up in
+    lifecycle tests (the simulator's, not the integration's)."""
+    return tuple(MicEncoder(frame_ms).packets(bytes(16000 * 2 * frame_ms // 1000 * 3)))
+
+
 async def mqtt_in_conversation(hub: XiaozhiHub, device: MqttDevice) -> None:
     """Its wake word over MQTT: hello, the UDP channel, and the microphone's first datagrams."""
     await device.connect()
-    for packet in MicEncoder(device.frame_ms).packets(bytes(16000 * 2 * device.frame_ms // 1000 * 3)):
+    for packet in first_packets(device.frame_ms):
         device.send_datagram(packet)
     await wait_for(hub.devices[device.options.mac], lambda d: d.connection is not None and d.connection.audio_open)
 

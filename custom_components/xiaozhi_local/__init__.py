@@ -22,6 +22,7 @@ from .repairs import async_check_ffmpeg, async_check_url
 from .services import async_setup_services
 from .storage import hub_store
 from .vision import XiaozhiVisionView
+from .wake_words import DATA_WAKE_WORDS, XiaozhiWakeWordView
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
 PLATFORMS = [
@@ -44,6 +45,7 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     hass.http.register_view(XiaozhiWebSocketView())
     hass.http.register_view(XiaozhiNotifyView())
     hass.http.register_view(XiaozhiFirmwareView())
+    hass.http.register_view(XiaozhiWakeWordView())
     for view in (XiaozhiOtaView(), XiaozhiActivateView(), XiaozhiVisionView()):
         register_open_view(hass, view)  # browser test pages make these requests too (CORS)
     llm_helper.async_register_api(hass, XiaozhiDevicesAPI(hass=hass, id=DOMAIN, name=API_NAME))
@@ -72,11 +74,13 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
     entry.async_on_unload(hub.async_shutdown)
     # The views' data while this hub is set up (a request after it is unloaded gets a 404).
     hass.data[DATA_ANNOUNCEMENTS], hass.data[DATA_FIRMWARE] = hub.announcements, hub.firmware
+    hass.data[DATA_WAKE_WORDS] = hub.wake_words
 
     @callback
     def views_closed() -> None:
         hass.data.pop(DATA_ANNOUNCEMENTS, None)
         hass.data.pop(DATA_FIRMWARE, None)
+        hass.data.pop(DATA_WAKE_WORDS, None)
 
     entry.async_on_unload(views_closed)
     await hub.storage.async_load()

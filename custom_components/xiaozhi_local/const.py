@@ -9,6 +9,7 @@ WS_PATH: Final = "/api/xiaozhi_local/v1/"
 OTA_PATH: Final = "/api/xiaozhi_local/ota/"
 VISION_PATH: Final = "/api/xiaozhi_local/vision"
 NOTIFY_PATH: Final = "/api/xiaozhi_local/notify"
+WAKE_WORD_PATH: Final = "/api/xiaozhi_local/assets"
 FIRMWARE_PATH: Final = "/api/xiaozhi_local/firmware"
 
 CONF_ACCEPT_WITHOUT_CODE: Final = "accept_without_code"

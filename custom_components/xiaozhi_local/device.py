@@ -124,9 +124,16 @@ class XiaozhiDevice:
         self.picks_transport = kept.picks_transport
         """A client that picks its transport itself (its OTA check lacks the stock firmware's
         partition table): never restarted for the connection choice (transport.py)."""
+        self.chosen_wake_word = kept.wake_word
+        """The wake word chosen in Home Assistant and confirmed by the device (None: as built; wake_words.py)."""
+        self.expected_wake_word = kept.wake_phrase
+        """What it sends as ``listen detect`` text for that wake word (the satellite takes it as one)."""
+        self.last_wake_word: str | None = None
+        self.heard_wake_words = 0  # ``listen detect`` messages since start (a change is verified by the next)
         self.transport_restart_sent = False  # restarted for its transport since that answer
         self.restart_at_end = False  # on WebSocket, restart it when its conversation ends (transport.py)
         self.install_at_end = False  # the same, for firmware that waits for it (firmware/installer.py)
+        self.assets_at_end = False  # the same, for a new wake word that waits for it (wake_words.py)
         registry_entry = dr.async_get(hass).async_get_or_create(
             config_entry_id=entry_id,
             config_subentry_id=subentry.subentry_id,
@@ -157,7 +164,14 @@ class XiaozhiDevice:
     def as_cache(self) -> dict[str, Any]:
         """What to keep across restarts."""
         return DeviceCache(
-            self.tools, self.queries, self.pending, self.facts, self.told_transport, self.picks_transport
+            self.tools,
+            self.queries,
+            self.pending,
+            self.facts,
+            self.told_transport,
+            self.picks_transport,
+            self.chosen_wake_word,
+            self.expected_wake_word,
         ).as_dict()
 
     @property
@@ -230,6 +244,20 @@ class XiaozhiDevice:
         """Something its entities show changed: tell the listeners."""
         for listener in list(self._listeners):
             listener()
+
+    @callback
+    def async_heard_wake_word(self, text: str) -> None:
+        """It sent ``listen detect``: what it woke on (or typed text, from a client with a keyboard)."""
+        self.last_wake_word = text[:64]
+        self.heard_wake_words += 1
+        self.async_changed()
+
+    @callback
+    def async_set_wake_word(self, option: str | None, phrase: str | None) -> None:
+        """A change of its wake word was verified: kept from now on."""
+        self.chosen_wake_word, self.expected_wake_word = option, phrase
+        self._persist(REPORT_SAVE_DELAY)
+        self.async_changed()
 
     @callback
     def async_link_changed(self) -> None:

@@ -4,6 +4,7 @@ import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
 import logging
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from homeassistant.config_entries import ConfigEntry
@@ -28,6 +29,7 @@ from .const import (
     SUBENTRY_DEVICE,
 )
 from .device import XiaozhiDevice
+from .firmware.files import LOCAL_FOLDER
 from .firmware.installer import FirmwareUpdates
 from .firmware.remote import CHECK_EVERY as FIRMWARE_CHECK_EVERY
 from .idle_media import AnnouncementStore
@@ -35,7 +37,8 @@ from .link import DeviceLink
 from .mqtt import MqttEndpoint
 from .repairs import async_mqtt_port, async_token_accepted
 from .storage import HubStorage
-from .urls import firmware_url, notify_url, vision_url, websocket_url
+from .urls import assets_url, firmware_url, notify_url, vision_url, websocket_url
+from .wake_words import FOLDER as WAKE_WORD_FOLDER, WakeWords
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -56,6 +59,9 @@ class XiaozhiHub:
         self.announcements = AnnouncementStore(hass, self.notify_url)  # for idle devices that play them (firmware 2.5)
         self.firmware = FirmwareUpdates(hass, entry, lambda: self.devices, self.firmware_url)
         self.firmware.catalog.async_configure(dict(entry.options))
+        self.wake_words = WakeWords(
+            hass, Path(hass.config.path(WAKE_WORD_FOLDER)), Path(hass.config.path(LOCAL_FOLDER)), self.assets_url
+        )
         self.stopping = False  # unloading, or Home Assistant stopping: no new connections
         self.started = False  # devices loaded and running: from now on a shutdown saves what they have
         self._no_connections = asyncio.Event()
@@ -98,6 +104,7 @@ class XiaozhiHub:
             self._by_device_id.pop(gone.device_id, None)
             self.storage.async_forget(mac)
             self.firmware.async_forget(mac)
+            self.wake_words.async_cancel(gone)
             async_token_accepted(self.hass, mac)  # nothing of it to repair any more
             _LOGGER.info("Device %s was removed", mac)
             if gone.connection is not None:
@@ -150,6 +157,11 @@ class XiaozhiHub:
     def notify_url(self, token: str) -> str:
         """Where a device fetches an announcement."""
         return notify_url(self.websocket_url(), token)
+
+    @callback
+    def assets_url(self, token: str) -> str:
+        """Where a device fetches a new assets pack (its wake word)."""
+        return assets_url(self.websocket_url(), token)
 
     @callback
     def firmware_url(self, token: str) -> str:
@@ -261,6 +273,8 @@ class XiaozhiHub:
         """
         self.stopping = True
         self.firmware.async_cancel_all()
+        for device in list(self.devices.values()):
+            self.wake_words.async_cancel(device)
         if self.mqtt is not None:
             endpoint, self.mqtt = self.mqtt, None
             await endpoint.async_stop()

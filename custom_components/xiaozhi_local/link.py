@@ -397,6 +397,9 @@ class DeviceLink:
         """``listen``/``abort``/…: for the device's voice satellite (a ``listen start`` sets the mode)."""
         if self.channel.on_control(message):
             return
+        detect = message.type == "listen" and message.data.get("state") == "detect"
+        if detect and isinstance(text := message.data.get("text"), str):
+            self.device.async_heard_wake_word(text)
         if message.type == "listen" and message.data.get("state") == "start":
             with contextlib.suppress(VoiceError):
                 self._listen_mode = parse_listen(message.data).mode

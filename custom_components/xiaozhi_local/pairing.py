@@ -23,6 +23,7 @@ from typing import Any, Final
 from homeassistant.const import CONF_CLIENT_ID
 
 from .const import CONF_SERIAL
+from .protocol.assets import assets_partition_size
 from .protocol.firmware import update_slot_size
 
 MAX_PENDING: Final = 64
@@ -100,6 +101,8 @@ class DeviceReport:
     """``application.name``: the project the running image was built from (``xiaozhi``)."""
     app_slot: int | None = None
     """Bytes of the app partition its next update goes to (from ``partition_table`` and ``ota``)."""
+    assets_size: int | None = None
+    """Bytes of its ``assets`` partition (from ``partition_table``)."""
     follows_answer: bool = False
     """Stock firmware: it posts its ``partition_table`` and running ``ota`` label, and takes its
     transport from the answer. Clients that post only ``application`` and ``board`` (py-xiaozhi)
@@ -131,6 +134,7 @@ class DeviceReport:
             manufacturer=_text(board.get("manufacturer")),
             project=_text(application.get("name")),
             app_slot=update_slot_size(body.get("partition_table"), ota.get("label")),
+            assets_size=assets_partition_size(body.get("partition_table")),
             follows_answer=isinstance(body.get("partition_table"), list) and isinstance(ota.get("label"), str),
         )
 

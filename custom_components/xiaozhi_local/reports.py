@@ -26,6 +26,7 @@ def reported_facts(report: DeviceReport) -> BoardFacts | None:
             "board_name": report.board_name,
             "manufacturer": report.manufacturer,
             "app_slot": report.app_slot,
+            "assets_size": report.assets_size,
         }
     )
 

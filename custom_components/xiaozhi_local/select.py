@@ -1,7 +1,8 @@
-"""Selects: screen theme, the assistant, finished-speaking detection, and how the device connects."""
+"""Selects: screen theme, the assistant, finished-speaking detection, how the device connects, its wake word."""
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from homeassistant.components.assist_pipeline import AssistPipelineSelect, VadSensitivitySelect
 from homeassistant.components.select import SelectEntity, SelectEntityDescription
@@ -16,6 +17,7 @@ from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, XiaozhiSettingDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
 from .tool_map import THEMES, as_option
+from .wake_words import AS_BUILT, Phase, WakeWords, describe
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +55,7 @@ async def async_setup_entry(
             ("vad_sensitivity", lambda: XiaozhiVadSelect(hass, device)),
             ("transport", lambda: XiaozhiTransportSelect(entry, device)),
             *rows(device),
+            *([("wake_word", lambda: XiaozhiWakeWordSelect(entry, device))] if WakeWords.supported(device) else []),
         ]
 
     async_setup_device_entities(hass, entry, async_add_entities, candidates)
@@ -137,4 +140,44 @@ class XiaozhiTransportSelect(XiaozhiEntity, SelectEntity):
         if option != TRANSPORT_HUB:
             data[CONF_TRANSPORT] = option
         self.hass.config_entries.async_update_subentry(self.entry, subentry, data=data)
+        self.async_write_ha_state()
+
+
+WAKE_WORD = SelectEntityDescription(key="wake_word", translation_key="wake_word", entity_category=EntityCategory.CONFIG)
+
+
+class XiaozhiWakeWordSelect(XiaozhiEntity, SelectEntity):
+    """The device's wake word: "as built", or a WakeNet model for its chip (wake_words.py).
+
+    Choosing one builds and checks a new assets pack and has the device fetch it at a restart
+    once it is idle; the attributes say where the change is, and why it failed.
+    """
+
+    def __init__(self, entry: XiaozhiConfigEntry, device: XiaozhiDevice) -> None:
+        super().__init__(device, WAKE_WORD)
+        self.wake_words = entry.runtime_data.wake_words
+
+    @property
+    def options(self) -> list[str]:
+        """What fits the device's chip (and what it has now, if that came from a local folder)."""
+        offers = self.wake_words.offers(self.device)
+        chosen = self.device.chosen_wake_word
+        return offers if chosen is None or chosen in offers else [*offers, chosen]
+
+    @property
+    def current_option(self) -> str:
+        """The one being installed, else the one the device has."""
+        job = self.wake_words.jobs.get(self.device.mac)
+        if job is not None and job.phase not in (Phase.DONE, Phase.FAILED):
+            return job.option
+        return self.device.chosen_wake_word or AS_BUILT
+
+    @property
+    def extra_state_attributes(self) -> dict[str, Any]:
+        """Where a change is (``phase``, ``progress`` in %), and why it failed (``error``)."""
+        return describe(self.wake_words.jobs.get(self.device.mac))
+
+    async def async_select_option(self, option: str) -> None:
+        """Build, check and hand the pack to the device; it changes at its next restart (when idle)."""
+        await self.wake_words.async_choose(self.device, option)
         self.async_write_ha_state()

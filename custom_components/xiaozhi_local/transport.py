@@ -144,7 +144,9 @@ def async_restart_at_end(device: XiaozhiDevice) -> str | None:
         why = "its connection choice changed"
     elif device.install_at_end:
         why = "firmware waits for it"
+    elif device.assets_at_end:
+        why = "a new wake word waits for it"
     else:
         return None
-    device.restart_at_end = device.install_at_end = False
+    device.restart_at_end = device.install_at_end = device.assets_at_end = False
     return why

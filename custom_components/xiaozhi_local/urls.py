@@ -3,7 +3,7 @@
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.network import NoURLAvailableError, get_url
 
-from .const import FIRMWARE_PATH, NOTIFY_PATH, OTA_PATH, VISION_PATH, WS_PATH
+from .const import FIRMWARE_PATH, NOTIFY_PATH, OTA_PATH, VISION_PATH, WAKE_WORD_PATH, WS_PATH
 
 FALLBACK_BASE = "http://homeassistant.local:8123"
 
@@ -43,6 +43,11 @@ def vision_url(websocket: str) -> str:
 def notify_url(websocket: str, token: str) -> str:
     """Where a device fetches one announcement."""
     return _http_base(websocket) + f"{NOTIFY_PATH}/{token}.ogg"
+
+
+def assets_url(websocket: str, token: str) -> str:
+    """Where a device fetches one assets pack (its new wake word)."""
+    return _http_base(websocket) + f"{WAKE_WORD_PATH}/{token}.bin"
 
 
 def firmware_url(websocket: str, token: str) -> str:

@@ -45,6 +45,10 @@ class DeviceCache:
     facts: BoardFacts | None = None
     told_transport: str | None = None
     picks_transport: bool = False
+    wake_word: str | None = None
+    """The wake word chosen in Home Assistant (wake_words.py), once verified; None: as built."""
+    wake_phrase: str | None = None
+    """What the device sends as ``listen detect`` text for it."""
 
     @classmethod
     def from_dict(cls, data: Any) -> Self:
@@ -61,6 +65,7 @@ class DeviceCache:
         queries = data.get("queries")
         pending = data.get("pending")
         told = data.get("transport")
+        wake_word, wake_phrase = data.get("wake_word"), data.get("wake_phrase")
         return cls(
             tools=canonical_tools(tools),
             queries=dict(queries) if isinstance(queries, dict) else {},
@@ -72,6 +77,8 @@ class DeviceCache:
             facts=BoardFacts.from_dict(data.get("firmware")),
             told_transport=told if isinstance(told, str) else None,
             picks_transport=bool(data.get("picks_transport")),
+            wake_word=wake_word[:64] if isinstance(wake_word, str) else None,
+            wake_phrase=wake_phrase[:64] if isinstance(wake_phrase, str) else None,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -83,6 +90,8 @@ class DeviceCache:
             "firmware": self.facts.as_dict() if self.facts is not None else None,
             "transport": self.told_transport,
             "picks_transport": self.picks_transport,
+            "wake_word": self.wake_word,
+            "wake_phrase": self.wake_phrase,
         }
 
 

@@ -87,7 +87,7 @@ class XiaozhiFirmwareView(HomeAssistantView):
             job.changed.set()
             raise web.HTTPNotFound from None
         updates.async_downloading(job)
-        sending = _Sending(request, data, lambda read: updates.async_progress(job, read))
+        sending = Sending(request, data, lambda read: updates.async_progress(job, read))
         try:
             await sending.async_run()
         except DownloadInterrupted as err:
@@ -113,7 +113,7 @@ class DownloadInterrupted(Exception):
     """The device stopped reading, or went away, before it had the whole image."""
 
 
-class _Sending:
+class Sending:
     """One download: all of the image, then until the device has acknowledged all of it."""
 
     def __init__(self, request: web.Request, data: bytes, progress: Callable[[int], None]) -> None:

@@ -336,6 +336,8 @@ class BoardFacts:
     manufacturer: str = ""
     app_slot: int = 0
     """Bytes of the app partition an update goes to (``update_slot_size``); 0 when not reported."""
+    assets_size: int = 0
+    """Bytes of its ``assets`` partition (wake word, font, emoji: protocol/assets.py); 0: it has none."""
 
     @property
     def chip_id(self) -> int | None:
@@ -385,6 +387,7 @@ class BoardFacts:
             "board_name": self.board_name,
             "manufacturer": self.manufacturer,
             "app_slot": self.app_slot,
+            "assets_size": self.assets_size,
         }
 
     @classmethod
@@ -399,6 +402,7 @@ class BoardFacts:
         if not board or not chip or not version or parse_version(version) is None:
             return None
         slot = raw.get("app_slot")
+        assets = raw.get("assets_size")
         facts = cls(
             board=board,
             chip=chip,
@@ -407,5 +411,8 @@ class BoardFacts:
             board_name=values["board_name"] or "",
             manufacturer=values["manufacturer"] or "",
             app_slot=slot if isinstance(slot, int) and not isinstance(slot, bool) and 0 < slot <= MAX_IMAGE else 0,
+            assets_size=assets
+            if isinstance(assets, int) and not isinstance(assets, bool) and 0 < assets < 1 << 32
+            else 0,
         )
         return facts if facts.chip_id is not None else None

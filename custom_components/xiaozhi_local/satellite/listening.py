@@ -83,7 +83,7 @@ class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class
             turn = run.turn
             assert turn.decoder is not None
             turn.decoder.when_drained(turn.end_audio)  # the audio sent before the stop still counts
-        elif is_wake_phrase(listen.text):
+        elif is_wake_phrase(listen.text) or listen.text == self.device.expected_wake_word:
             self._wake_phrase = listen.text
         else:
             self._defer_detect(connection, listen.text)

@@ -1,0 +1,273 @@
+"""The wake word chosen in Home Assistant: a new assets pack, fetched by the device at a restart.
+
+The simulated device keeps an assets partition as firmware 2.4.2 does (``xiaozhi_sim.assets``):
+``self.assets.set_download_url`` stores a URL, the next boot fetches the pack before its OTA
+check, checks its length and 16-bit sum, reads ``index.json`` and loads the WakeNet model its
+``srmodels`` names; the wake word it then sends as ``listen detect`` text is that model's.
+Models and the board's default pack come from a local folder (never the internet).
+"""
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+from homeassistant.core import HomeAssistant
+from homeassistant.exceptions import HomeAssistantError
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.xiaozhi_local.device import XiaozhiDevice
+from custom_components.xiaozhi_local.hub import XiaozhiHub
+from custom_components.xiaozhi_local.wake_words import AS_BUILT, FOLDER
+from xiaozhi_sim import SimulatedDevice, SimulatorOptions
+from xiaozhi_sim.assets import default_pack
+from xiaozhi_sim.firmware import build_image, flash_image
+from xiaozhi_sim.mqtt import MqttDevice
+
+from .conftest import (
+    CLIENT_ID,
+    FAST,
+    MAC,
+    mqtt_in_conversation,
+    mqtt_online,
+    ota_url,
+    served_hub,
+    wait_for,
+    wait_settled,
+    ws_url,
+)
+from .helpers import resources, wait_entity
+from .test_lifecycle import no_cyclic_gc, nothing_grew
+
+ENTITY = "select.kitchen_wake_word"
+BOARD = "bread-compact-wifi"
+
+
+def model_folder(folder: Path, name: str, info: str) -> None:
+    """An esp-sr WakeNet model folder, as ``model/wakenet_model/<name>/`` holds it."""
+    (folder / name).mkdir()
+    (folder / name / "_MODEL_INFO_").write_text(info)
+    (folder / name / "wn9_data").write_bytes(bytes(range(256)) * 100)
+    (folder / name / "wn9_index").write_bytes(b"\x07" * 64)
+
+
+@pytest.fixture
+def wake_dir(hass: HomeAssistant, tmp_path: Path) -> Path:
+    """The configuration directory's wake word folder: the board's default pack and "Hi ESP"."""
+    hass.config.config_dir = str(tmp_path)
+    folder = tmp_path / FOLDER
+    folder.mkdir()
+    (folder / f"{BOARD}.bin").write_bytes(default_pack())
+    model_folder(folder, "wn9_hiesp", "wakeNet9_v1h24_Hi,ESP_3_0.63_0.635")
+    model_folder(folder, "wn9_heywillow_tts", "wakeNet9_v1h24_Hey,Willow_3_0.6_0.6")
+    return folder
+
+
+@pytest.fixture
+async def hub(
+    hass: HomeAssistant, wake_dir: Path, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> XiaozhiHub:
+    """The hub, its device URLs on the test server."""
+    return await served_hub(hass, setup_integration, client)
+
+
+@pytest.fixture
+async def device(hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any]) -> AsyncIterator[MqttDevice]:
+    """A stock device online over MQTT that restarts by itself; its Wake word select is there."""
+    device = await mqtt_online(hub, client, reboots=True)
+    await wait_entity(hass, ENTITY, lambda s: s.state == AS_BUILT)
+    yield device
+    await device.drop()
+
+
+async def changed(hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, option: str) -> XiaozhiDevice:
+    """Choose ``option``; until the device has restarted (fetching its pack at boot) and is back."""
+    boots = device.boots
+    await choose(hass, option)
+    await device.wait_boots(boots + 1, timeout=20)
+    xdev = hub.devices[MAC]
+    await wait_for(xdev, lambda d: d.connection is not None)
+    return xdev
+
+
+async def detect(device: MqttDevice, text: str) -> None:
+    """``listen detect``: the wake word the device heard (the firmware sends what its model names)."""
+    await device.send_json({"session_id": device.session_id, "type": "listen", "state": "detect", "text": text})
+
+
+async def choose(hass: HomeAssistant, option: str) -> None:
+    await hass.services.async_call("select", "select_option", {"entity_id": ENTITY, "option": option}, blocking=True)
+
+
+async def test_choosing_hi_esp_makes_the_device_wake_on_it(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], device: MqttDevice
+) -> None:
+    state = hass.states.get(ENTITY)
+    assert state is not None
+    assert "Hi ESP" in state.attributes["options"]
+    assert device.wake_word == "你好小智"
+    boots = device.boots
+    await choose(hass, "Hi ESP")
+    assert device.nvs["assets"]["download_url"].startswith("http")  # what the tool stored
+    # Idle: restarted at once; it fetches the pack at boot, checks it and loads its model.
+    await device.wait_boots(boots + 1, timeout=20)
+    assert device.assets.downloads[-1]["result"] == "ok"
+    assert device.assets.valid
+    assert device.wake_word == "Hi,ESP"
+    xdev = hub.devices[MAC]
+    await wait_for(xdev, lambda d: d.connection is not None)
+    await wait_settled(xdev)
+    assert (now := hass.states.get(ENTITY)) is not None
+    assert now.attributes["phase"] == "verifying"
+    # Its next wake word tells: the new one.
+    await mqtt_in_conversation(hub, device)
+    await detect(device, "Hi,ESP")
+    now = await wait_entity(hass, ENTITY, lambda s: s.attributes.get("phase") == "done")
+    assert now.state == "Hi ESP"
+    assert xdev.chosen_wake_word == "Hi ESP"
+    assert xdev.as_cache()["wake_phrase"] == "Hi,ESP"  # kept across restarts
+    async with client.session.get(device.assets.downloads[-1]["url"]) as response:
+        assert response.status == 404  # the URL was for one fetch
+
+
+async def test_a_pack_too_big_for_the_partition_never_reaches_the_device(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any]
+) -> None:
+    device = await mqtt_online(hub, client, reboots=True, assets_partition=len(default_pack()) + 1000)
+    try:
+        await wait_entity(hass, ENTITY, lambda s: s.state == AS_BUILT)
+        with pytest.raises(HomeAssistantError, match="larger than the assets partition"):
+            await choose(hass, "Hi ESP")
+        assert "download_url" not in device.nvs.get("assets", {})
+        assert device.assets.downloads == []
+        assert (now := hass.states.get(ENTITY)) is not None
+        assert now.state == AS_BUILT
+    finally:
+        await device.drop()
+
+
+@pytest.mark.parametrize("option", ["Hi ESP", AS_BUILT])
+async def test_a_board_pack_with_a_broken_checksum_is_never_sent(
+    hass: HomeAssistant, wake_dir: Path, device: MqttDevice, option: str
+) -> None:
+    pack = bytearray(default_pack())
+    pack[200] ^= 0x10
+    (wake_dir / f"{BOARD}.bin").write_bytes(bytes(pack))
+    with pytest.raises(HomeAssistantError, match="checksum"):
+        await choose(hass, option)
+    assert "download_url" not in device.nvs.get("assets", {})
+    assert device.wake_word == "你好小智"
+
+
+async def test_a_model_not_in_the_folder_is_named(hass: HomeAssistant, device: MqttDevice) -> None:
+    with pytest.raises(HomeAssistantError, match="wn9_alexa"):
+        await choose(hass, "Alexa")
+    assert device.assets.downloads == []
+
+
+async def test_the_new_phrase_is_a_wake_word_not_a_question(
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice
+) -> None:
+    """ "Hey,Willow" is no phrase the satellite knew: after the change it is the device's wake word."""
+    xdev = await changed(hass, hub, device, "Hey Willow")
+    assert device.wake_word == "Hey,Willow"
+    assert xdev.expected_wake_word == "Hey,Willow"
+    await mqtt_in_conversation(hub, device)
+    await detect(device, "Hey,Willow")
+    await wait_entity(hass, ENTITY, lambda s: s.attributes.get("phase") == "done")
+    assert xdev.chosen_wake_word == "Hey Willow"
+    satellite: Any = xdev.voice
+    assert satellite is not None
+    assert satellite._wake_phrase == "Hey,Willow"  # taken as the wake word, not typed text
+    assert satellite._deferred_detect is None
+
+
+async def test_a_device_that_wakes_on_another_word_fails_the_change(
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice
+) -> None:
+    """Its first wake after the restart is not the new word: the entity says so, the old choice is back."""
+    xdev = await changed(hass, hub, device, "Hi ESP")
+    assert xdev.as_cache()["wake_word"] == "Hi ESP"
+    await mqtt_in_conversation(hub, device)
+    await detect(device, "你好小智")
+    now = await wait_entity(hass, ENTITY, lambda s: s.attributes.get("phase") == "failed")
+    assert now.state == AS_BUILT
+    assert "你好小智" in now.attributes["error"]
+    assert xdev.chosen_wake_word is None  # as before
+    assert xdev.expected_wake_word is None
+
+
+async def test_a_websocket_device_fetches_its_pack_when_its_conversation_ends(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any]
+) -> None:
+    """Per conversation: restarted as its conversation ends, it fetches the pack at boot."""
+    hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client), "mqtt": False})
+    await hass.async_block_till_done()
+    device = SimulatedDevice(
+        SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID, hello_timeout=5, upgrade_delay=0, reboots=True)
+    )
+    try:
+        await device.boot(ota_url(client), timing=FAST)
+        await device.connect()  # woken: a conversation
+        xdev = hub.devices[MAC]
+        await wait_for(xdev, lambda d: d.connection is not None)
+        await wait_settled(xdev)
+        await wait_entity(hass, ENTITY, lambda s: s.state == AS_BUILT)
+        boots = device.boots
+        await choose(hass, "Hi ESP")
+        assert device.boots == boots  # not in the middle of its conversation
+        link = xdev.connection
+        assert link is not None
+        await link.async_end_conversation("idle")  # what the idle timer does
+        await device.wait_boots(boots + 1, timeout=20)
+        assert device.wake_word == "Hi,ESP"
+        await wait_entity(hass, ENTITY, lambda s: s.attributes.get("phase") == "verifying")
+        assert xdev.chosen_wake_word == "Hi ESP"
+    finally:
+        await device.drop()
+
+
+async def test_the_boards_pack_is_found_in_a_release_flash_image(
+    hass: HomeAssistant, hub: XiaozhiHub, wake_dir: Path, device: MqttDevice
+) -> None:
+    """No ``<board>.bin``: the pack in the assets partition of the board's merged image is the base."""
+    (wake_dir / f"{BOARD}.bin").unlink()
+    firmware = wake_dir.parent / "xiaozhi_firmware"
+    firmware.mkdir()
+    (firmware / f"{BOARD}_2.5.0.bin").write_bytes(flash_image(build_image("2.5.0"), assets=default_pack("Hi,Lexin")))
+    await changed(hass, hub, device, "Hi ESP")
+    assert device.wake_word == "Hi,ESP"
+    assert device.assets.files["font_puhui_common_20_4.bin"] == b"\xf0" * 3000  # the rest of the pack kept
+
+
+async def test_without_the_boards_pack_nothing_is_sent(hass: HomeAssistant, wake_dir: Path, device: MqttDevice) -> None:
+    (wake_dir / f"{BOARD}.bin").unlink()
+    with pytest.raises(HomeAssistantError, match=f"{BOARD}.bin"):
+        await choose(hass, "Hi ESP")
+    assert device.assets.downloads == []
+
+
+@pytest.mark.usefixtures(no_cyclic_gc.__name__)
+async def test_changing_the_wake_word_again_and_again_leaves_nothing_behind(
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice
+) -> None:
+    """Eight changes, each fetched, confirmed by a wake and its conversation ended: nothing piles up."""
+    baseline: dict[str, int] | None = None
+    for round_ in range(8):
+        option, word = ("Hi ESP", "Hi,ESP") if round_ % 2 == 0 else (AS_BUILT, "你好小智")
+        xdev = await changed(hass, hub, device, option)
+        assert device.wake_word == word
+        await mqtt_in_conversation(hub, device)
+        await detect(device, word)
+        await wait_entity(hass, ENTITY, lambda s: s.attributes.get("phase") == "done")
+        await device.send_json({"session_id": device.session_id, "type": "goodbye"})
+        await wait_for(xdev, lambda d: d.conversation is None)
+        await wait_settled(xdev)
+        await hass.async_block_till_done()
+        if round_ == 1:
+            baseline = resources()
+    nothing_grew(baseline)
+    assert len(hub.wake_words.jobs) == 1
+    assert hub.wake_words._urls == {}  # every URL used once, none left
+    assert [d["result"] for d in device.assets.downloads] == ["ok"] * 8
