@@ -66,14 +66,11 @@ await page.waitForTimeout(500);
 await open(`/config/devices/device/${deviceId}`, "Wake word");
 const wakeWord = page.locator("ha-select", { hasText: "Wake word" }).first();
 await wakeWord.scrollIntoViewIfNeeded();
+await page.mouse.wheel(0, 300); // the select near the top: its options open below it
+await page.waitForTimeout(500);
 await wakeWord.click();
 await page.waitForTimeout(1500);
-const box = await wakeWord.boundingBox();
-await page.screenshot({
-  path: `${out}/wake-word.png`,
-  clip: { x: Math.max(0, box.x - 60), y: Math.max(0, box.y - 140), width: 420, height: 520 },
-});
-console.log(`${out}/wake-word.png`);
+await shot("wake-word");
 await page.keyboard.press("Escape");
 await page.waitForTimeout(500);
 

@@ -181,6 +181,7 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
     assert setup_integration.options == {
         "firmware_vendor": False,
         "firmware_releases": False,
+        "wake_word_models": False,
         "accept_without_code": False,
         "new_devices_per_hour": 10,
         "websocket_url": "",

@@ -8,18 +8,22 @@ Models and the board's default pack come from a local folder (never the internet
 """
 
 from collections.abc import AsyncIterator
+import json
 from pathlib import Path
 from typing import Any
 
-from aiohttp.test_utils import TestClient
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
+from custom_components.xiaozhi_local.const import CONF_WAKE_WORD_MODELS, CONF_WAKE_WORD_MODELS_URL
 from custom_components.xiaozhi_local.device import XiaozhiDevice
 from custom_components.xiaozhi_local.hub import XiaozhiHub
-from custom_components.xiaozhi_local.wake_words import AS_BUILT, FOLDER
+from custom_components.xiaozhi_local.wake_word_files import FOLDER
+from custom_components.xiaozhi_local.wake_words import AS_BUILT
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.assets import default_pack
 from xiaozhi_sim.firmware import build_image, flash_image
@@ -44,11 +48,11 @@ ENTITY = "select.kitchen_wake_word"
 BOARD = "bread-compact-wifi"
 
 
-def model_folder(folder: Path, name: str, info: str) -> None:
+def model_folder(folder: Path, name: str, info: str, size: int = 25600) -> None:
     """An esp-sr WakeNet model folder, as ``model/wakenet_model/<name>/`` holds it."""
     (folder / name).mkdir()
     (folder / name / "_MODEL_INFO_").write_text(info)
-    (folder / name / "wn9_data").write_bytes(bytes(range(256)) * 100)
+    (folder / name / "wn9_data").write_bytes(bytes(range(256)) * (size // 256))
     (folder / name / "wn9_index").write_bytes(b"\x07" * 64)
 
 
@@ -271,3 +275,114 @@ async def test_changing_the_wake_word_again_and_again_leaves_nothing_behind(
     assert len(hub.wake_words.jobs) == 1
     assert hub.wake_words._urls == {}  # every URL used once, none left
     assert [d["result"] for d in device.assets.downloads] == ["ok"] * 8
+
+
+async def test_a_download_that_breaks_off_is_followed_by_the_old_pack(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], wake_dir: Path
+) -> None:
+    """Wi-Fi lost mid-way: the device has no wake word; once back, it is sent the pack it had."""
+    model_folder(wake_dir, "wn9_jarvis_tts", "wakeNet9_v1h24_Jarvis_3_0.6_0.6", size=1_500_000)
+    device = await mqtt_online(hub, client, reboots=True, assets_cut_after=64 * 1024)
+    try:
+        await wait_entity(hass, ENTITY, lambda s: s.state == AS_BUILT)
+        boots = device.boots
+        await choose(hass, "Jarvis")
+        await device.wait_boots(boots + 1, timeout=20)
+        assert device.assets.downloads[0]["result"].startswith("Failed to read HTTP data")
+        # Then restored: a second restart, the board's own pack, its own wake word again.
+        await device.wait_boots(boots + 2, timeout=20)
+        assert [d["result"] for d in device.assets.downloads] == [device.assets.downloads[0]["result"], "ok"]
+        assert device.wake_word == "你好小智"
+        now = await wait_entity(hass, ENTITY, lambda s: s.attributes.get("phase") == "verifying")
+        assert now.state == AS_BUILT
+        assert "restoring" in now.attributes["error"]
+    finally:
+        await device.drop()
+
+
+@pytest.fixture
+async def esp_sr(hass: HomeAssistant, hub: XiaozhiHub) -> AsyncIterator[list[str]]:
+    """A stand-in for esp-sr's model folders on GitHub (never the internet); the paths asked for."""
+    asked: list[str] = []
+    models = {
+        "wn9_alexa": {"_MODEL_INFO_": b"wakeNet9l_v2h24_alexa_3_0.585_0.605\n", "wn9_data": b"\x05" * 50_000},
+        "wn9_computer_tts": {"_MODEL_INFO_": b"not a model", "wn9_data": b"\x05" * 10},
+    }
+
+    async def serve(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        data = models.get(request.match_info["model"], {}).get(request.match_info["file"])
+        return web.Response(body=data) if data is not None else web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_get("/wakenet_model/{model}/{file}", serve)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    options = {
+        **hub.entry.options,
+        CONF_WAKE_WORD_MODELS: True,
+        CONF_WAKE_WORD_MODELS_URL: str(server.make_url("/wakenet_model")),
+    }
+    hass.config_entries.async_update_entry(hub.entry, options=options)
+    await hass.async_block_till_done()
+    yield asked
+    await server.close()
+
+
+async def test_a_catalog_model_is_downloaded_once_when_allowed(
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: list[str]
+) -> None:
+    """Alexa is not in the folder: downloaded from esp-sr, cached, and used; the next time from the cache."""
+    await changed(hass, hub, device, "Alexa")
+    assert device.wake_word == "alexa"
+    assert esp_sr == [f"/wakenet_model/wn9_alexa/{name}" for name in ("_MODEL_INFO_", "wn9_data", "wn9_index")]
+    await changed(hass, hub, device, AS_BUILT)
+    await changed(hass, hub, device, "Alexa")
+    assert len(esp_sr) == 3  # from the cache
+    with pytest.raises(HomeAssistantError, match="wn9_computer_tts could not be downloaded"):
+        await choose(hass, "Computer")  # what came is no model: refused, not kept
+    assert not (hub.wake_words.files.cache / "wn9_computer_tts").exists()
+
+
+async def test_nothing_is_downloaded_unless_allowed(
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: list[str]
+) -> None:
+    options = {**hub.entry.options, CONF_WAKE_WORD_MODELS: False}
+    hass.config_entries.async_update_entry(hub.entry, options=options)
+    await hass.async_block_till_done()
+    with pytest.raises(HomeAssistantError, match="downloading models is off"):
+        await choose(hass, "Alexa")
+    assert esp_sr == []
+
+
+async def test_a_multinet_board_takes_a_phrase(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], wake_dir: Path
+) -> None:
+    """A board built with the MultiNet "custom wake word": a Wake phrase text instead of the select."""
+    (wake_dir / f"{BOARD}.bin").write_bytes(default_pack("你好小智", multinet=True))
+    device: MqttDevice = await mqtt_online(
+        hub, client, reboots=True, assets_pack=default_pack("你好小智", multinet=True)
+    )
+    try:
+        text = "text.kitchen_wake_phrase"
+        state = await wait_entity(hass, text, lambda s: s.state == "")
+        assert state.attributes["max"] == 140
+        assert hass.states.get(ENTITY) is None  # no WakeNet model to choose
+        assert device.wake_word == "你好小智"
+        boots = device.boots
+        await hass.services.async_call(
+            "text", "set_value", {"entity_id": text, "value": "hai xiao ming | 嗨小明"}, blocking=True
+        )
+        await device.wait_boots(boots + 1, timeout=20)
+        assert device.wake_word == "嗨小明"  # the phrase's text: what CustomWakeWord reports
+        xdev = hub.devices[MAC]
+        await wait_for(xdev, lambda d: d.connection is not None)
+        await mqtt_in_conversation(hub, device)
+        await detect(device, "嗨小明")
+        now = await wait_entity(hass, text, lambda s: s.attributes.get("phase") == "done")
+        assert now.state == "hai xiao ming | 嗨小明"
+        assert xdev.expected_wake_word == "嗨小明"
+        phrases = json.loads(device.assets.files["index.json"])["multinet_model"]["commands"]
+        assert phrases == [{"command": "hai xiao ming", "text": "嗨小明", "action": "wake"}]
+    finally:
+        await device.drop()

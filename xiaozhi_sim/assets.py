@@ -50,23 +50,40 @@ def _models(models: dict[str, dict[str, bytes]]) -> bytes:
     return head + data
 
 
-def default_pack(word: str = "你好小智") -> bytes:
-    """The board's default pack: the WakeNet model of ``word``, a font and an emoji."""
-    model = {
-        "_MODEL_INFO_": f"wakenet9l_tts1h8_{word}_3_0.631_0.635\n".encode(),
-        "wn9_data": bytes(range(256)) * 64,
-        "wn9_index": b"\x01\x02\x03\x04" * 16,
-    }
-    index = {
+def default_pack(word: str = "你好小智", *, multinet: bool = False) -> bytes:
+    """The board's default pack: the WakeNet model of ``word``, a font and an emoji.
+
+    ``multinet``: a board built with the MultiNet "custom wake word" instead: a MultiNet model and
+    ``word`` as the phrase of ``index.json`` (as ``build_default_assets.py`` writes it from the
+    build's ``CONFIG_CUSTOM_WAKE_WORD``).
+    """
+    index: dict[str, Any] = {
         "version": 1,
         "srmodels": "srmodels.bin",
         "text_font": "font_puhui_common_20_4.bin",
         "emoji_collection": [{"name": "happy", "file": "happy.png"}],
     }
+    if multinet:
+        name, model = "mn6_cn", {"_MODEL_INFO_": b"multinet6_cn", "mn6_data": bytes(range(256)) * 32}
+        index["multinet_model"] = {
+            "language": "cn",
+            "duration": 3000,
+            "threshold": 0.2,
+            "commands": [{"command": "ni hao xiao zhi", "text": word, "action": "wake"}],
+        }
+    else:
+        name, model = (
+            "wn9_nihaoxiaozhi_tts",
+            {
+                "_MODEL_INFO_": f"wakenet9l_tts1h8_{word}_3_0.631_0.635\n".encode(),
+                "wn9_data": bytes(range(256)) * 64,
+                "wn9_index": b"\x01\x02\x03\x04" * 16,
+            },
+        )
     return _pack(
         {
-            "index.json": json.dumps(index, indent=4).encode(),
-            "srmodels.bin": _models({"wn9_nihaoxiaozhi_tts": model}),
+            "index.json": json.dumps(index, indent=4, ensure_ascii=False).encode(),
+            "srmodels.bin": _models({name: model}),
             "font_puhui_common_20_4.bin": b"\xf0" * 3000,
             "happy.png": b"\x89PNG" + b"\x00" * 500,
         }
@@ -83,6 +100,8 @@ class AssetsPartition:
         self.wake_word: str | None = None
         """What the wake word engine reports (``listen detect`` text); None: no model loaded."""
         self.files: dict[str, bytes] = {}
+        self.cut_after: int | None = None
+        """The next download breaks off once this many bytes are written (Wi-Fi lost mid-way)."""
         self.downloads: list[dict[str, Any]] = []
         """Every download it tried: url, bytes written, result ("ok" or the firmware's error)."""
         self.apply()
@@ -123,10 +142,23 @@ class AssetsPartition:
         srmodels = index.get("srmodels")
         if not isinstance(srmodels, str) or srmodels not in self.files:
             return
-        for name, model in _load_models(self.files[srmodels]).items():
+        models = _load_models(self.files[srmodels])
+        for name, model in models.items():
             if name.startswith("wn") and "_MODEL_INFO_" in model:
                 self.wake_word = model["_MODEL_INFO_"].decode(errors="replace").strip().split("_")[2]
                 return
+        # A MultiNet ("custom wake word") board: the text of the phrase it hears (CustomWakeWord).
+        multinet = index.get("multinet_model")
+        commands = multinet.get("commands") if isinstance(multinet, dict) else None
+        if any(name.startswith("mn") for name in models) and isinstance(commands, list):
+            for command in commands:
+                if (
+                    isinstance(command, dict)
+                    and command.get("action") == "wake"
+                    and isinstance(command.get("text"), str)
+                ):
+                    self.wake_word = command["text"]
+                    return
 
     async def download(self, url: str) -> None:
         """``Assets::Download``; raises AssetsFailed. The header is written last.
@@ -169,6 +201,9 @@ class AssetsPartition:
             header += page[:take]
             self.flash += page[take:]
             record["written"] = len(header) + len(self.flash) - 12
+            if self.cut_after is not None and record["written"] >= self.cut_after:
+                self.cut_after = None
+                raise AssetsFailed("Failed to read HTTP data: the connection was lost")
         if len(header) + len(self.flash) - 12 != length:
             raise AssetsFailed("Downloaded size does not match expected size")
         self.flash[:12] = header

@@ -111,6 +111,8 @@ class SimulatorOptions:
     """Every flash fails at ``esp_ota_end`` (a worn flash): the device keeps its version."""
     assets_partition: int = ASSETS_PARTITION
     """Bytes of its ``assets`` partition (in its partition table; a larger pack is refused)."""
+    assets_cut_after: int | None = None
+    """Its first assets download breaks off after this many bytes (then the partition is broken)."""
     assets_pack: bytes | None = None
     """What its assets partition holds at first (None: a default pack that wakes on 你好小智)."""
     reboots: bool = False
@@ -139,6 +141,7 @@ class SimulatedDevice:
             assets_size=options.assets_partition,
         )
         self.assets = AssetsPartition(options.assets_partition, options.assets_pack)
+        self.assets.cut_after = options.assets_cut_after
         """Its assets partition: the wake word it reports comes from there (``CheckAssetsVersion``)."""
         self.mcp = McpServer(options.board, options.firmware_version, errors_as_results=options.flavor == "py-xiaozhi")
         self.frame_ms = options.frame_ms or (20 if options.flavor == "py-xiaozhi" else 60)

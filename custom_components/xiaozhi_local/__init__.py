@@ -36,6 +36,7 @@ PLATFORMS = [
     Platform.NUMBER,
     Platform.SELECT,
     Platform.SENSOR,
+    Platform.TEXT,
     Platform.UPDATE,
 ]
 
@@ -113,6 +114,7 @@ async def _async_entry_updated(hass: HomeAssistant, entry: XiaozhiConfigEntry) -
     """Devices added, changed or removed: applied without dropping the other connections."""
     entry.runtime_data.async_sync_devices()
     entry.runtime_data.firmware.catalog.async_configure(dict(entry.options))  # the firmware sources may have changed
+    entry.runtime_data.wake_words.files.async_configure(dict(entry.options))
     async_check_url(hass, dict(entry.options))
     await entry.runtime_data.async_start_mqtt()  # ports or the choice may have changed
     entry.runtime_data.async_transport_changed()  # devices on the other transport restart when they can

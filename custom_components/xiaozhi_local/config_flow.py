@@ -32,12 +32,15 @@ from .const import (
     CONF_NEW_PER_HOUR,
     CONF_SILENCE_TIMEOUT,
     CONF_UDP_PORT,
+    CONF_WAKE_WORD_MODELS,
+    CONF_WAKE_WORD_MODELS_URL,
     CONF_WEBSOCKET_URL,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MQTT_PORT,
     DEFAULT_NEW_PER_HOUR,
     DEFAULT_SILENCE_TIMEOUT,
     DEFAULT_UDP_PORT,
+    DEFAULT_WAKE_WORD_MODELS_URL,
     DOMAIN,
     SUBENTRY_DEVICE,
     TLS_MQTT_PORT,
@@ -59,7 +62,11 @@ CODE_SCHEMA = vol.Schema(
 
 AGAIN_SCHEMA = vol.Schema({vol.Required(CONF_CODE): selector.TextSelector()})
 
-FIRMWARE_URLS = {CONF_FIRMWARE_VENDOR_URL: DEFAULT_VENDOR_URL, CONF_FIRMWARE_RELEASES_URL: DEFAULT_RELEASES_URL}
+FIRMWARE_URLS = {
+    CONF_FIRMWARE_VENDOR_URL: DEFAULT_VENDOR_URL,
+    CONF_FIRMWARE_RELEASES_URL: DEFAULT_RELEASES_URL,
+    CONF_WAKE_WORD_MODELS_URL: DEFAULT_WAKE_WORD_MODELS_URL,
+}
 """The firmware sources' addresses and their defaults (stored only when changed)."""
 
 
@@ -204,6 +211,7 @@ class XiaozhiOptionsFlow(OptionsFlow):
                     data={
                         CONF_FIRMWARE_VENDOR: bool(firmware.get(CONF_FIRMWARE_VENDOR, False)),
                         CONF_FIRMWARE_RELEASES: bool(firmware.get(CONF_FIRMWARE_RELEASES, False)),
+                        CONF_WAKE_WORD_MODELS: bool(firmware.get(CONF_WAKE_WORD_MODELS, False)),
                         **{key: value for key, value in urls.items() if value and value != FIRMWARE_URLS[key]},
                         CONF_ACCEPT_WITHOUT_CODE: user_input[CONF_ACCEPT_WITHOUT_CODE],
                         CONF_NEW_PER_HOUR: int(user_input.get(CONF_NEW_PER_HOUR, DEFAULT_NEW_PER_HOUR)),
@@ -254,6 +262,10 @@ class XiaozhiOptionsFlow(OptionsFlow):
                             vol.Optional(CONF_FIRMWARE_RELEASES_URL): selector.TextSelector(
                                 selector.TextSelectorConfig(type=selector.TextSelectorType.URL)
                             ),
+                            vol.Required(CONF_WAKE_WORD_MODELS, default=False): selector.BooleanSelector(),
+                            vol.Optional(CONF_WAKE_WORD_MODELS_URL): selector.TextSelector(
+                                selector.TextSelectorConfig(type=selector.TextSelectorType.URL)
+                            ),
                         }
                     ),
                     {"collapsed": True},
@@ -266,6 +278,7 @@ class XiaozhiOptionsFlow(OptionsFlow):
             CONF_FIRMWARE: {
                 CONF_FIRMWARE_VENDOR: options.get(CONF_FIRMWARE_VENDOR, False),
                 CONF_FIRMWARE_RELEASES: options.get(CONF_FIRMWARE_RELEASES, False),
+                CONF_WAKE_WORD_MODELS: options.get(CONF_WAKE_WORD_MODELS, False),
                 **{key: options.get(key) or default for key, default in FIRMWARE_URLS.items()},
             },
         }

@@ -38,7 +38,8 @@ from .mqtt import MqttEndpoint
 from .repairs import async_mqtt_port, async_token_accepted
 from .storage import HubStorage
 from .urls import assets_url, firmware_url, notify_url, vision_url, websocket_url
-from .wake_words import FOLDER as WAKE_WORD_FOLDER, WakeWords
+from .wake_word_files import FOLDER as WAKE_WORD_FOLDER
+from .wake_words import WakeWords
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class XiaozhiHub:
         self.wake_words = WakeWords(
             hass, Path(hass.config.path(WAKE_WORD_FOLDER)), Path(hass.config.path(LOCAL_FOLDER)), self.assets_url
         )
+        self.wake_words.files.async_configure(dict(entry.options))
         self.stopping = False  # unloading, or Home Assistant stopping: no new connections
         self.started = False  # devices loaded and running: from now on a shutdown saves what they have
         self._no_connections = asyncio.Event()

@@ -17,6 +17,7 @@ from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, XiaozhiSettingDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
 from .tool_map import THEMES, as_option
+from .wake_word_files import ENGINE_WAKENET
 from .wake_words import AS_BUILT, Phase, WakeWords, describe
 
 
@@ -48,6 +49,11 @@ async def async_setup_entry(
 ) -> None:
     """Selects of every device: theme, and the satellite's pipeline and VAD sensitivity."""
     rows = rows_for(SELECTS, XiaozhiSelect)
+    wake_words = entry.runtime_data.wake_words
+
+    def takes_wake_word(device: XiaozhiDevice) -> bool:
+        """A WakeNet board (MultiNet boards take a phrase: text.py)."""
+        return WakeWords.supported(device) and wake_words.files.engine(device) == ENGINE_WAKENET
 
     def candidates(device: XiaozhiDevice) -> Iterable[tuple[str, Callable[[], Entity]]]:
         return [
@@ -55,7 +61,7 @@ async def async_setup_entry(
             ("vad_sensitivity", lambda: XiaozhiVadSelect(hass, device)),
             ("transport", lambda: XiaozhiTransportSelect(entry, device)),
             *rows(device),
-            *([("wake_word", lambda: XiaozhiWakeWordSelect(entry, device))] if WakeWords.supported(device) else []),
+            *([("wake_word", lambda: XiaozhiWakeWordSelect(entry, device))] if takes_wake_word(device) else []),
         ]
 
     async_setup_device_entities(hass, entry, async_add_entities, candidates)

@@ -25,27 +25,32 @@ from typing import Any, Final
 
 from aiohttp import web
 from homeassistant.core import HomeAssistant, callback
+from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 from homeassistant.util.hass_dict import HassKey
 
-from .const import DOMAIN, WAKE_WORD_PATH
+from .const import (
+    DOMAIN,
+    WAKE_WORD_PATH,
+)
 from .device import XiaozhiDevice
 from .errors import translated_error
-from .firmware.files import split_name
 from .firmware.server import DownloadInterrupted, Sending
 from .protocol.assets import (
+    HEADER,
     AssetsError,
     check_pack,
-    pack_in_flash_image,
+    pack_engine,
+    parse_pack,
     wakenet_generation,
+    with_wake_phrase,
     with_wakenet,
 )
-from .protocol.firmware import parse_version, read_partition_table
 from .protocol.mcp import McpError
+from .wake_word_files import CATALOG, CHIPS_BY_GENERATION, ENGINE_MULTINET, FOLDER, WakeWordFiles
 
 _LOGGER = logging.getLogger(__name__)
 
-FOLDER: Final = "xiaozhi_wake_words"
 AS_BUILT: Final = "as_built"
 SET_URL_TOOL: Final = "self.assets.set_download_url"
 URL_LIFETIME: Final = 3600.0
@@ -54,38 +59,8 @@ IDLE_WAIT: Final = 3600.0
 """Seconds to wait for the device's conversation to end before the change is given up."""
 BOOT_WAIT: Final = 600.0
 """Seconds from the restart until the device has fetched its pack and is back."""
-MAX_MODEL_FILE: Final = 8 * 1024 * 1024
-MAX_PACK: Final = 32 * 1024 * 1024
-
-CHIPS_BY_GENERATION: Final = {
-    5: frozenset({"esp32"}),
-    8: frozenset({"esp32s3"}),
-    9: frozenset({"esp32s3", "esp32p4"}),
-}
-"""Which chips run a WakeNet generation (esp-sr's model table; WakeNet 10 is not offered yet)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WakeModel:
-    """A WakeNet model of esp-sr that the select can offer."""
-
-    name: str
-    """Its folder in esp-sr's ``model/wakenet_model/`` (and in ``xiaozhi_wake_words/``)."""
-    label: str
-    language: str
-    generation: int = 9
-
-
-CATALOG: Final = (
-    WakeModel("wn9_hiesp", "Hi ESP", "en"),
-    WakeModel("wn9_alexa", "Alexa", "en"),
-    WakeModel("wn9_heywillow_tts", "Hey Willow", "en"),
-    WakeModel("wn9_computer_tts", "Computer", "en"),
-    WakeModel("wn9_jarvis_tts", "Jarvis", "en"),
-    WakeModel("wn9_nihaoxiaozhi_tts", "你好小智", "zh"),
-    WakeModel("wn9_hilexin", "Hi 乐鑫", "zh"),
-    WakeModel("wn9_xiaoaitongxue", "小爱同学", "zh"),
-)
+PHRASE_SEPARATOR: Final = "|"
+"""Between the phrase a MultiNet board listens for and the text it shows: ``ni hao xiao ming|你好小明``."""
 
 
 class Phase(StrEnum):
@@ -113,6 +88,10 @@ class WakeWordJob:
     error: str | None = None
     url: str | None = None
     fetched: asyncio.Event = field(default_factory=asyncio.Event)
+    broken: bool = False
+    """The download broke off after the device began writing: it has no valid pack now."""
+    cause: str | None = None
+    """Why this job runs when it restores a pack after a broken download."""
     previous: tuple[str | None, str | None] = (None, None)
     """The device's wake word before (option and phrase), kept again when the change fails."""
     task: asyncio.Task[None] | None = None
@@ -121,52 +100,12 @@ class WakeWordJob:
 DATA_WAKE_WORDS: HassKey[WakeWords] = HassKey(f"{DOMAIN}_wake_words")
 
 
-def _read_model(folder: Path) -> dict[str, bytes]:
-    """Blocking: a model folder's files (bounded)."""
-    files: dict[str, bytes] = {}
-    for path in sorted(folder.iterdir()):
-        if path.is_file() and path.stat().st_size <= MAX_MODEL_FILE and len(files) < 16:
-            files[path.name] = path.read_bytes()
-    return files
-
-
-def _read_pack(folder: Path, firmware: Path, names: frozenset[str]) -> bytes | None:
-    """Blocking: the board's default pack, ``<board>.bin`` under any name the board goes by.
-
-    Else the pack in the assets partition of a merged flash image of the board in the firmware
-    folder (``<board>_<version>.bin``, a release's ``merged-binary.bin``), the newest first.
-    """
-    for name in sorted(names):
-        path = folder / f"{name}.bin"
-        if path.is_file() and path.stat().st_size <= MAX_PACK:
-            return path.read_bytes()
-    images = [
-        (parse_version(parts[1]) or (), path)
-        for path in (firmware.glob("*.bin") if firmware.is_dir() else ())
-        if (parts := split_name(path.name)) is not None and parts[0] in names and path.is_file()
-    ]
-    for _version, path in sorted(images, reverse=True):
-        with path.open("rb") as stream:
-            partitions = [(p.label, p.offset, p.size) for p in read_partition_table(stream)]
-            assets = next(((offset, size) for label, offset, size in partitions if label == "assets"), None)
-            if assets is None or assets[1] > MAX_PACK:
-                continue
-            stream.seek(assets[0])
-            region = stream.read(assets[1])
-        try:
-            return pack_in_flash_image(region, [("assets", 0, len(region))])
-        except AssetsError:
-            continue
-    return None
-
-
 class WakeWords:
     """The hub's wake word changes: one job per device, their one-time URLs."""
 
     def __init__(self, hass: HomeAssistant, folder: Path, firmware_folder: Path, url_of: Callable[[str], str]) -> None:
         self.hass = hass
-        self.folder = folder
-        self.firmware_folder = firmware_folder
+        self.files = WakeWordFiles(hass, folder, firmware_folder)
         self._url_of = url_of
         self.jobs: dict[str, WakeWordJob] = {}  # by MAC
         self._urls: dict[str, tuple[WakeWordJob, float]] = {}
@@ -182,7 +121,7 @@ class WakeWords:
         """Whether the device can change its wake word: an assets partition and the tool."""
         return device.facts is not None and device.facts.assets_size > 0 and SET_URL_TOOL in device.tools
 
-    async def async_choose(self, device: XiaozhiDevice, option: str) -> None:
+    async def async_choose(self, device: XiaozhiDevice, option: str, *, cause: str | None = None) -> None:
         """Build and check the pack, hand its URL to the device, restart it when idle (in the background).
 
         Raises a translated HomeAssistantError when the pack cannot be made or would be refused:
@@ -191,19 +130,21 @@ class WakeWords:
         facts = device.facts
         if facts is None or not self.supported(device):
             raise translated_error("wake_word_unsupported", device=device.name)
-        base = await self.hass.async_add_executor_job(_read_pack, self.folder, self.firmware_folder, facts.names)
+        base = await self.files.async_board_pack(facts.names)
         if base is None:
             raise translated_error("wake_word_no_pack", board=facts.board_name or facts.board, folder=FOLDER)
         try:
             if option == AS_BUILT:
                 pack = base
+            elif pack_engine(parse_pack(base)) == ENGINE_MULTINET:
+                command, _, text = option.partition(PHRASE_SEPARATOR)
+                pack = with_wake_phrase(base, command, text or command)
             else:
                 model = next((m for m in CATALOG if m.label == option), None)
                 name = model.name if model is not None else option
-                folder = self.folder / name
-                if not name.startswith("wn") or not await self.hass.async_add_executor_job(folder.is_dir):
+                if not name.startswith("wn") or "/" in name or name.startswith("."):
                     raise translated_error("wake_word_no_model", model=name, folder=FOLDER)
-                files = await self.hass.async_add_executor_job(_read_model, folder)
+                files = await self.files.async_model(name, known=model is not None)
                 generation = wakenet_generation(files)
                 if facts.chip.lower() not in CHIPS_BY_GENERATION.get(generation or 0, ()):
                     raise translated_error("wake_word_chip", model=name, chip=facts.chip)
@@ -212,7 +153,7 @@ class WakeWords:
         except AssetsError as err:
             raise translated_error("wake_word_refused", device=device.name, reason=err.detail) from None
         self.async_cancel(device)
-        job = WakeWordJob(device, option, found.word, pack)
+        job = WakeWordJob(device, option, found.word, pack, cause=cause)
         token = secrets.token_urlsafe(24)
         self._urls[token] = (job, self.hass.loop.time() + URL_LIFETIME)
         job.url = self._url_of(token)
@@ -301,6 +242,8 @@ class WakeWords:
             self._fail(job, "the device did not fetch the pack after its restart")
             return
         if job.error is not None:
+            if job.broken and job.cause is None:
+                await self._async_restore(job)
             return
         # Back: connected again (MQTT); a WebSocket device is back at its next conversation.
         if not per_conversation and not await self._async_wait(job, lambda: device.connection is not None, BOOT_WAIT):
@@ -316,6 +259,27 @@ class WakeWords:
             return
         job.phase = Phase.DONE
         device.async_changed()
+
+    async def _async_restore(self, job: WakeWordJob) -> None:
+        """The download broke off mid-way: once the device is back, the pack it had is sent again.
+
+        The firmware erases the partition as it writes: until a whole pack is written, the device
+        has no wake word (its button still works). Restored once; a failing restore is said on the
+        entity, and choosing again is up to the user.
+        """
+        device = job.device
+        if not await self._async_wait(job, lambda: device.connection is not None, BOOT_WAIT):
+            return
+        if self.jobs.get(device.mac) is job:
+            del self.jobs[device.mac]  # replaced by the restore (which must not cancel this task)
+        option = job.previous[0] or AS_BUILT
+        _LOGGER.info("%s: restoring its wake word %s after the broken download", device.name, option)
+        try:
+            await self.async_choose(device, option, cause=job.error)
+        except HomeAssistantError as err:
+            self.jobs[device.mac] = job
+            job.error = f"{job.error}; the previous pack could not be sent again: {err}"
+            device.async_changed()
 
     def _fail(self, job: WakeWordJob, why: str) -> None:
         _LOGGER.warning("%s: changing its wake word to %s failed: %s", job.device.name, job.option, why)
@@ -347,11 +311,13 @@ class XiaozhiWakeWordView(HomeAssistantView):
         try:
             await sending.async_run()
         except DownloadInterrupted as err:
+            job.broken = sending.written > HEADER.size
             words._fail(job, str(err))
             if request.transport is not None:
                 request.transport.abort()
         except asyncio.CancelledError:
             if sending.written < len(job.pack):
+                job.broken = sending.written > HEADER.size  # the firmware writes from its first sector on
                 words._fail(job, f"the device closed the connection at {sending.written} of {len(job.pack)} bytes")
             raise
         finally:
@@ -360,7 +326,8 @@ class XiaozhiWakeWordView(HomeAssistantView):
 
 
 def describe(job: WakeWordJob | None) -> dict[str, Any]:
-    """The select's attributes: where a change is."""
+    """The select's attributes: where a change is, and why it failed (or why a pack is restored)."""
     if job is None:
         return {}
-    return {"phase": job.phase.value, "progress": job.progress, "error": job.error}
+    error = job.error or (f"restoring the previous wake word: {job.cause}" if job.cause else None)
+    return {"phase": job.phase.value, "progress": job.progress, "error": error}

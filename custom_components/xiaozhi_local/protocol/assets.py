@@ -221,18 +221,77 @@ class PackWakeWord:
     """The file of the pack that holds the models (``index.json``'s ``srmodels``)."""
 
 
+WAKE_ACTION: Final = "wake"
+"""``multinet_model.commands[].action`` of a wake phrase (``CustomWakeWord``)."""
+
+
+def wake_phrases(index: dict[str, Any]) -> list[dict[str, Any]]:
+    """The wake phrases of ``index.json``'s ``multinet_model`` (``command``, ``text``, ``action: wake``)."""
+    multinet = index.get("multinet_model")
+    commands = multinet.get("commands") if isinstance(multinet, dict) else None
+    return [
+        command
+        for command in (commands if isinstance(commands, list) else [])
+        if isinstance(command, dict)
+        and command.get("action") == WAKE_ACTION
+        and isinstance(command.get("command"), str)
+        and isinstance(command.get("text"), str)
+    ]
+
+
 def pack_wake_word(files: dict[str, AssetFile]) -> PackWakeWord:
-    """The WakeNet model the firmware would load from a pack (the first whose name starts ``wn``)."""
+    """What a pack makes the device wake on.
+
+    A WakeNet board loads the first model whose name starts ``wn`` and reports its word; a board
+    built with the MultiNet "custom wake word" loads the ``mn`` model and reports the ``text`` of
+    the phrase it heard (``index.json``'s ``multinet_model``). A pack with a WakeNet model is
+    taken as a WakeNet one (the firmware's build decides; the pack is all a server sees).
+    """
     index = read_index(files)
     srmodels = index.get("srmodels")
     if not isinstance(srmodels, str):
         return PackWakeWord(None, None, None)
     if srmodels not in files:
         raise AssetsError("no_models", f"index.json names {srmodels}, which the pack lacks")
-    for name, model in parse_models(files[srmodels].data).items():
+    models = parse_models(files[srmodels].data)
+    for name, model in models.items():
         if name.startswith(WAKENET_PREFIX):
             return PackWakeWord(name, wake_word_of(model), srmodels)
-    return PackWakeWord(None, None, srmodels)
+    multinet = next((name for name in models if name.startswith(MULTINET_PREFIX)), None)
+    phrases = wake_phrases(index)
+    if multinet is not None and phrases:
+        return PackWakeWord(multinet, phrases[0]["text"], srmodels)
+    return PackWakeWord(multinet, None, srmodels)
+
+
+def pack_engine(files: dict[str, AssetFile]) -> str | None:
+    """``wakenet`` or ``multinet``: which wake word engine a (board's default) pack is built for."""
+    found = pack_wake_word(files)
+    if found.model is None:
+        return None
+    return "wakenet" if found.model.startswith(WAKENET_PREFIX) else "multinet"
+
+
+def with_wake_phrase(pack: bytes, command: str, text: str) -> bytes:
+    """``pack`` (of a MultiNet board) with its wake phrase replaced: ``command`` heard, ``text`` shown and sent.
+
+    ``command`` is what MultiNet listens for: English words, or pinyin separated by spaces for
+    Chinese. The pack's other commands, its threshold and language are kept.
+    """
+    command, text = " ".join(command.split()), text.strip()
+    if not command or not text or len(command) > 64 or len(text.encode()) > 64:
+        raise AssetsError("bad_phrase", "a wake phrase and its text must each be 1 to 64 characters")
+    files = parse_pack(pack)
+    if pack_engine(files) != "multinet":
+        raise AssetsError("not_multinet", "the board's pack has no MultiNet model: it wakes on a WakeNet model")
+    index = read_index(files)
+    raw = index.get("multinet_model")
+    multinet = dict(raw) if isinstance(raw, dict) else {}
+    others = [c for c in multinet.get("commands") or [] if isinstance(c, dict) and c.get("action") != WAKE_ACTION]
+    multinet["commands"] = [{"command": command, "text": text, "action": WAKE_ACTION}, *others]
+    index["multinet_model"] = multinet
+    files[INDEX] = AssetFile(INDEX, json.dumps(index, ensure_ascii=False, indent=4).encode())
+    return build_pack(list(files.values()))
 
 
 def with_wakenet(pack: bytes, name: str, model: dict[str, bytes]) -> bytes:
