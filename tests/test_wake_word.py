@@ -386,3 +386,23 @@ async def test_a_multinet_board_takes_a_phrase(
         assert phrases == [{"command": "hai xiao ming", "text": "嗨小明", "action": "wake"}]
     finally:
         await device.drop()
+
+
+async def test_a_second_choice_while_the_first_waits_replaces_it(
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice
+) -> None:
+    """In a conversation the change waits; choosing again replaces it, and the first never arrives."""
+    await mqtt_in_conversation(hub, device)
+    await choose(hass, "Hi ESP")
+    first = hub.wake_words.jobs[MAC]
+    assert first.phase == "waiting"
+    await choose(hass, "Hey Willow")
+    second = hub.wake_words.jobs[MAC]
+    assert first.task is not None
+    assert first.task.cancelled() or first.task.cancelling()
+    assert second.previous == (None, None)  # not the word of the change that never arrived
+    boots = device.boots
+    await device.send_json({"session_id": device.session_id, "type": "goodbye"})
+    await device.wait_boots(boots + 1, timeout=20)
+    assert len(device.assets.downloads) == 1  # only the second pack was fetched
+    assert device.wake_word == "Hey,Willow"

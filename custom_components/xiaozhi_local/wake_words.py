@@ -180,6 +180,8 @@ class WakeWords:
         """A change under way for the device ends (a new choice, or the device removed)."""
         device.assets_at_end = False
         if (job := self.jobs.pop(device.mac, None)) is not None:
+            if job.phase in (Phase.WAITING, Phase.RESTARTING, Phase.DOWNLOADING):
+                device.expected_wake_word = job.previous[1]  # the new pack never arrived
             self._forget_urls(job)
             if job.task is not None:
                 job.task.cancel()
