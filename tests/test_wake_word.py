@@ -8,9 +8,11 @@ Models and the board's default pack come from a local folder (never the internet
 """
 
 from collections.abc import AsyncIterator
+import io
 import json
 from pathlib import Path
 from typing import Any
+import zipfile
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -406,3 +408,47 @@ async def test_a_second_choice_while_the_first_waits_replaces_it(
     await device.wait_boots(boots + 1, timeout=20)
     assert len(device.assets.downloads) == 1  # only the second pack was fetched
     assert device.wake_word == "Hey,Willow"
+
+
+async def test_the_boards_pack_comes_from_its_release_when_that_source_is_on(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], wake_dir: Path, device: MqttDevice
+) -> None:
+    """No local pack: the zip of the release the device runs (2.4.2) is fetched once, its pack kept."""
+    (wake_dir / f"{BOARD}.bin").unlink()
+    zipped = io.BytesIO()
+    with zipfile.ZipFile(zipped, "w") as archive:
+        archive.writestr("merged-binary.bin", flash_image(build_image("2.4.2"), assets=default_pack()))
+    fetched: list[str] = []
+
+    async def releases(request: web.Request) -> web.Response:
+        url = str(request.url.with_path(f"/download/v2.4.2_{BOARD}.zip"))
+        asset = {"name": f"v2.4.2_{BOARD}.zip", "browser_download_url": url}
+        return web.json_response([{"tag_name": "v2.4.2", "draft": False, "prerelease": False, "assets": [asset]}])
+
+    async def download(request: web.Request) -> web.Response:
+        fetched.append(request.path)
+        return web.Response(body=zipped.getvalue())
+
+    app = web.Application()
+    app.router.add_get("/releases", releases)
+    app.router.add_get("/download/{name}", download)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        with pytest.raises(HomeAssistantError, match=f"{BOARD}.bin"):
+            await choose(hass, "Hi ESP")  # the source is off: nothing is fetched
+        assert fetched == []
+        options = {
+            **hub.entry.options,
+            "firmware_releases": True,
+            "firmware_releases_url": str(server.make_url("/releases")),
+        }
+        hass.config_entries.async_update_entry(hub.entry, options=options)
+        await hass.async_block_till_done()
+        await changed(hass, hub, device, "Hi ESP")
+        assert device.wake_word == "Hi,ESP"
+        await changed(hass, hub, device, AS_BUILT)
+        assert device.wake_word == "你好小智"
+        assert fetched == [f"/download/v2.4.2_{BOARD}.zip"]  # once: the pack is kept
+    finally:
+        await server.close()

@@ -38,7 +38,7 @@ from .mqtt import MqttEndpoint
 from .repairs import async_mqtt_port, async_token_accepted
 from .storage import HubStorage
 from .urls import assets_url, firmware_url, notify_url, vision_url, websocket_url
-from .wake_word_files import FOLDER as WAKE_WORD_FOLDER
+from .wake_word_files import FOLDER as WAKE_WORD_FOLDER, WakeWordFiles
 from .wake_words import WakeWords
 
 _LOGGER = logging.getLogger(__name__)
@@ -60,9 +60,13 @@ class XiaozhiHub:
         self.announcements = AnnouncementStore(hass, self.notify_url)  # for idle devices that play them (firmware 2.5)
         self.firmware = FirmwareUpdates(hass, entry, lambda: self.devices, self.firmware_url)
         self.firmware.catalog.async_configure(dict(entry.options))
-        self.wake_words = WakeWords(
-            hass, Path(hass.config.path(WAKE_WORD_FOLDER)), Path(hass.config.path(LOCAL_FOLDER)), self.assets_url
+        files = WakeWordFiles(
+            hass,
+            Path(hass.config.path(WAKE_WORD_FOLDER)),
+            Path(hass.config.path(LOCAL_FOLDER)),
+            lambda: self.firmware.catalog.releases,  # the same opt-in as firmware from the releases
         )
+        self.wake_words = WakeWords(hass, files, self.assets_url)
         self.wake_words.files.async_configure(dict(entry.options))
         self.stopping = False  # unloading, or Home Assistant stopping: no new connections
         self.started = False  # devices loaded and running: from now on a shutdown saves what they have

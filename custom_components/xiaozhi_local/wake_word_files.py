@@ -9,11 +9,14 @@
   (which says the chips), so the select offers them before any file is there.
 """
 
+from collections.abc import Callable
 import contextlib
 from dataclasses import dataclass
+import io
 import logging
 from pathlib import Path
 from typing import Any, Final
+import zipfile
 
 from aiohttp import ClientError, ClientTimeout
 from homeassistant.core import HomeAssistant, callback
@@ -22,9 +25,10 @@ from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from .const import CONF_WAKE_WORD_MODELS, CONF_WAKE_WORD_MODELS_URL, DEFAULT_WAKE_WORD_MODELS_URL, DOMAIN
 from .device import XiaozhiDevice
 from .errors import translated_error
-from .firmware.files import split_name
+from .firmware.files import SourceUnavailable, cache_name, split_name
+from .firmware.remote import MAX_UNZIPPED, ProjectReleases, async_download
 from .protocol.assets import AssetsError, pack_engine, pack_in_flash_image, parse_pack, wake_word_of
-from .protocol.firmware import parse_version, read_partition_table
+from .protocol.firmware import BoardFacts, parse_version, read_partition_table
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -125,13 +129,47 @@ def _read_pack(folder: Path, firmware: Path, names: frozenset[str]) -> bytes | N
     return None
 
 
+def _release_pack(download: Path) -> bytes:
+    """Blocking: the assets pack in a release zip's ``merged-binary.bin``; AssetsError when it has none."""
+    try:
+        with zipfile.ZipFile(download) as archive:
+            member = next((m for m in archive.infolist() if m.filename.endswith("merged-binary.bin")), None)
+            if member is None or member.file_size > MAX_UNZIPPED:
+                raise AssetsError("no_pack", "the release zip holds no merged-binary.bin of a sane size")
+            image = archive.read(member)
+    except zipfile.BadZipFile as err:
+        raise AssetsError("no_pack", f"the release zip is damaged: {err}") from None
+    partitions = [(p.label, p.offset, p.size) for p in read_partition_table(io.BytesIO(image))]
+    return pack_in_flash_image(image, partitions)
+
+
+def _keep(path: Path, data: bytes) -> None:
+    """Blocking: ``data`` into ``path``, whole (written, then renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".part")
+    partial.write_bytes(data)
+    partial.replace(path)
+
+
+def _read_kept(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
 class WakeWordFiles:
     """The board packs and models of the hub's wake word changes."""
 
-    def __init__(self, hass: HomeAssistant, folder: Path, firmware_folder: Path) -> None:
+    def __init__(
+        self,
+        hass: HomeAssistant,
+        folder: Path,
+        firmware_folder: Path,
+        releases: Callable[[], ProjectReleases | None] = lambda: None,
+    ) -> None:
         self.hass = hass
         self.folder = folder
         self.firmware_folder = firmware_folder
+        self._releases = releases
+        """The firmware project's releases, when the user turned that source on (firmware/catalog.py)."""
         self.cache = Path(hass.config.cache_path(DOMAIN, "wake_words"))
         self.download_from: str | None = None
         """Where the catalog's models are downloaded from (esp-sr on GitHub); None: never."""
@@ -139,8 +177,40 @@ class WakeWordFiles:
         self._learning: set[frozenset[str]] = set()
 
     async def async_board_pack(self, names: frozenset[str]) -> bytes | None:
-        """The board's default pack (None when there is none)."""
+        """The board's default pack from local files (None when there is none)."""
         return await self.hass.async_add_executor_job(_read_pack, self.folder, self.firmware_folder, names)
+
+    async def async_release_pack(self, facts: BoardFacts) -> bytes | None:
+        """The board's default pack from the release it runs, when the releases source is on; kept.
+
+        The zip of that release (``v<version>_<board>.zip``) is downloaded once; its flash image's
+        assets partition is the pack the board shipped with. None when the source is off or has no
+        zip for the board and version.
+        """
+        releases = self._releases()
+        if releases is None:
+            return None
+        kept = self.cache / "packs" / cache_name(facts.release_name, facts.version)
+        if (pack := await self.hass.async_add_executor_job(_read_kept, kept)) is not None:
+            return pack
+        try:
+            url = await releases.async_zip_url(facts)
+            if url is None:
+                return None
+            await self.hass.async_add_executor_job(lambda: kept.parent.mkdir(parents=True, exist_ok=True))
+            download = kept.with_suffix(".zip")
+            try:
+                await async_download(self.hass, url, download)
+                pack = await self.hass.async_add_executor_job(_release_pack, download)
+            finally:
+                await self.hass.async_add_executor_job(lambda: download.unlink(missing_ok=True))
+        except (SourceUnavailable, AssetsError) as err:
+            raise translated_error("wake_word_no_release", board=facts.release_name, reason=str(err)) from None
+        await self.hass.async_add_executor_job(_keep, kept, pack)
+        _LOGGER.info(
+            "Took the assets pack of %s %s from its release (%d bytes)", facts.release_name, facts.version, len(pack)
+        )
+        return pack
 
     @callback
     def async_configure(self, options: dict[str, Any]) -> None:

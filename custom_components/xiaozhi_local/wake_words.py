@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 import logging
-from pathlib import Path
 import secrets
 from typing import Any, Final
 
@@ -103,9 +102,9 @@ DATA_WAKE_WORDS: HassKey[WakeWords] = HassKey(f"{DOMAIN}_wake_words")
 class WakeWords:
     """The hub's wake word changes: one job per device, their one-time URLs."""
 
-    def __init__(self, hass: HomeAssistant, folder: Path, firmware_folder: Path, url_of: Callable[[str], str]) -> None:
+    def __init__(self, hass: HomeAssistant, files: WakeWordFiles, url_of: Callable[[str], str]) -> None:
         self.hass = hass
-        self.files = WakeWordFiles(hass, folder, firmware_folder)
+        self.files = files
         self._url_of = url_of
         self.jobs: dict[str, WakeWordJob] = {}  # by MAC
         self._urls: dict[str, tuple[WakeWordJob, float]] = {}
@@ -130,7 +129,7 @@ class WakeWords:
         facts = device.facts
         if facts is None or not self.supported(device):
             raise translated_error("wake_word_unsupported", device=device.name)
-        base = await self.files.async_board_pack(facts.names)
+        base = await self.files.async_board_pack(facts.names) or await self.files.async_release_pack(facts)
         if base is None:
             raise translated_error("wake_word_no_pack", board=facts.board_name or facts.board, folder=FOLDER)
         try:

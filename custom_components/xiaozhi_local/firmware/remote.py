@@ -208,6 +208,33 @@ class ProjectReleases:
 
     async def async_offers(self, facts: BoardFacts, *, refresh: bool = False) -> list[Offer]:
         """The newer releases that have this board's zip; SourceUnavailable when unreadable."""
+        releases = await self._async_releases(refresh=refresh)
+        offers = []
+        for release in releases:
+            url = release["assets"].get((release["version"], facts.release_name))
+            if url is not None and is_newer(facts.version, release["version"]):
+                offers.append(
+                    Offer(
+                        release["version"],
+                        Source.RELEASES,
+                        summary=release["title"],
+                        notes=release["notes"],
+                        release_url=release["page"],
+                        url=url,
+                    )
+                )
+        return offers
+
+    async def async_zip_url(self, facts: BoardFacts) -> str | None:
+        """The zip of the release the device runs (its assets pack is the board's default one)."""
+        for release in await self._async_releases(refresh=False):
+            if release["version"] == facts.version:
+                url = release["assets"].get((release["version"], facts.release_name))
+                return url if isinstance(url, str) else None
+        return None
+
+    async def _async_releases(self, *, refresh: bool) -> list[dict[str, Any]]:
+        """The release list (kept ``CHECK_EVERY`` seconds); SourceUnavailable when unreadable."""
         usable, releases = self._memo.fresh(self.url, refresh=refresh)
         if not usable:
             try:
@@ -225,21 +252,7 @@ class ProjectReleases:
             if self._memo.succeeded(self.url):
                 _LOGGER.info("The firmware releases at %s can be read again", self.url)
             self._memo.keep(self.url, releases)
-        offers = []
-        for release in releases or ():
-            url = release["assets"].get((release["version"], facts.release_name))
-            if url is not None and is_newer(facts.version, release["version"]):
-                offers.append(
-                    Offer(
-                        release["version"],
-                        Source.RELEASES,
-                        summary=release["title"],
-                        notes=release["notes"],
-                        release_url=release["page"],
-                        url=url,
-                    )
-                )
-        return offers
+        return list(releases or ())
 
 
 def _releases(answer: Any) -> list[dict[str, Any]]:
@@ -295,13 +308,14 @@ async def async_fetch(hass: HomeAssistant, offer: Offer, facts: BoardFacts, cach
     await hass.async_add_executor_job(lambda: cache.mkdir(parents=True, exist_ok=True))
     download = cache / f".download-{secrets.token_hex(8)}"
     try:
-        await _async_download(hass, offer.url, download)
+        await async_download(hass, offer.url, download)
         return await hass.async_add_executor_job(_unpack, download, final, facts, offer.version)
     finally:
         await hass.async_add_executor_job(lambda: download.unlink(missing_ok=True))
 
 
-async def _async_download(hass: HomeAssistant, url: str, target: Path) -> None:
+async def async_download(hass: HomeAssistant, url: str, target: Path) -> None:
+    """``url`` into ``target`` (bounded); SourceUnavailable when it cannot be had."""
     try:
         async with async_get_clientsession(hass).get(
             url, timeout=aiohttp.ClientTimeout(total=DOWNLOAD_TIMEOUT, sock_read=REQUEST_TIMEOUT)
