@@ -13,7 +13,7 @@ from .const import DOMAIN
 from .firmware.installer import DATA_FIRMWARE
 from .firmware.server import XiaozhiFirmwareView
 from .http import XiaozhiWebSocketView, register_open_view
-from .hub import XiaozhiConfigEntry, XiaozhiHub
+from .hub import DATA_HUB, XiaozhiConfigEntry, XiaozhiHub
 from .identities import journal_store
 from .idle_media import DATA_ANNOUNCEMENTS, XiaozhiNotifyView
 from .llm import API_NAME, XiaozhiDevicesAPI
@@ -107,6 +107,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
     entry.async_on_unload(hass.bus.async_listen(EVENT_HOMEASSISTANT_STOP, stopping))
     async_check_url(hass, dict(entry.options))
     await async_check_ffmpeg(hass)
+    hass.data[DATA_HUB] = hub  # the device views, actions and flows find it from now on
     return True
 
 
@@ -121,7 +122,11 @@ async def _async_entry_updated(hass: HomeAssistant, entry: XiaozhiConfigEntry) -
 
 
 async def async_unload_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:
-    """Remove the entities; the hub's shutdown (registered at setup) then closes every connection."""
+    """Remove the entities; the hub's shutdown (registered at setup) then closes every connection.
+
+    From the start of the unload no view, action or flow finds the hub (devices get a 404).
+    """
+    hass.data.pop(DATA_HUB, None)
     return await hass.config_entries.async_unload_platforms(entry, PLATFORMS)
 
 

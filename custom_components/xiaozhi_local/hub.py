@@ -11,6 +11,7 @@ from homeassistant.config_entries import ConfigEntry
 from homeassistant.const import CONF_MAC, CONF_TOKEN
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers.event import async_track_time_interval
+from homeassistant.util.hass_dict import HassKey
 
 from . import transport
 from .admission import Admission
@@ -294,8 +295,11 @@ class XiaozhiHub:
 type XiaozhiConfigEntry = ConfigEntry[XiaozhiHub]
 
 
+DATA_HUB: HassKey[XiaozhiHub] = HassKey(f"{DOMAIN}_hub")
+"""The hub while it is set up and not unloading: what the device views, actions and flows find."""
+
+
 @callback
 def async_get_hub(hass: HomeAssistant) -> XiaozhiHub | None:
-    """The loaded hub, if any."""
-    entries: list[XiaozhiConfigEntry] = hass.config_entries.async_loaded_entries(DOMAIN)
-    return entries[0].runtime_data if entries else None
+    """The set-up hub, if any (None from the moment its unload begins)."""
+    return hass.data.get(DATA_HUB)
