@@ -452,3 +452,24 @@ async def test_the_boards_pack_comes_from_its_release_when_that_source_is_on(
         assert fetched == [f"/download/v2.4.2_{BOARD}.zip"]  # once: the pack is kept
     finally:
         await server.close()
+
+
+async def test_a_large_pack_tells_its_progress_once_per_percent(
+    hass: HomeAssistant, hub: XiaozhiHub, wake_dir: Path, device: MqttDevice
+) -> None:
+    """Every chunk and acknowledgement reports progress: the entities hear of new percents only."""
+    model_folder(wake_dir, "wn9_jarvis_tts", "wakeNet9_v1h24_Jarvis_3_0.6_0.6", size=3_000_000)
+    xdev = hub.devices[MAC]
+    seen: list[tuple[str, int]] = []
+    remove = xdev.async_add_listener(
+        lambda: seen.append((job.phase, job.progress)) if (job := hub.wake_words.jobs.get(MAC)) else None
+    )
+    try:
+        await changed(hass, hub, device, "Jarvis")
+    finally:
+        remove()
+    downloading = [progress for phase, progress in seen if phase == "downloading"]
+    assert downloading  # it was followed
+    # Each percent once; a few other changes of the device (its link, its values) may fall in between.
+    assert len(downloading) <= len(set(downloading)) + 5
+    assert device.wake_word == "Jarvis"

@@ -229,18 +229,18 @@ class WakeWords:
             # WebSocket: the end of its conversation is the one moment it can be restarted (transport.py).
             device.assets_at_end = True
         elif not await self._async_wait(job, lambda: device.conversation is None, IDLE_WAIT):
-            self._fail(job, "the device was never idle")
+            self.async_fail(job, "the device was never idle")
             return
         job.phase = Phase.RESTARTING
         device.async_changed()
         if not per_conversation and not await device.async_restart_quietly():
-            self._fail(job, "the device could not be told to restart")
+            self.async_fail(job, "the device could not be told to restart")
             return
         try:
             async with asyncio.timeout(IDLE_WAIT + BOOT_WAIT if per_conversation else BOOT_WAIT):
                 await job.fetched.wait()
         except TimeoutError:
-            self._fail(job, "the device did not fetch the pack after its restart")
+            self.async_fail(job, "the device did not fetch the pack after its restart")
             return
         if job.error is not None:
             if job.broken and job.cause is None:
@@ -248,7 +248,7 @@ class WakeWords:
             return
         # Back: connected again (MQTT); a WebSocket device is back at its next conversation.
         if not per_conversation and not await self._async_wait(job, lambda: device.connection is not None, BOOT_WAIT):
-            self._fail(job, "the device did not come back after it fetched the pack")
+            self.async_fail(job, "the device did not come back after it fetched the pack")
             return
         # It has the pack: kept from now on (a restart of Home Assistant meanwhile included).
         job.phase = Phase.VERIFYING
@@ -256,7 +256,7 @@ class WakeWords:
         await self._async_wait(job, lambda: device.heard_wake_words != heard_before, None)
         heard = device.last_wake_word
         if job.word is not None and heard != job.word:
-            self._fail(job, f"the device woke on {heard!r}, not on {job.word!r}")
+            self.async_fail(job, f"the device woke on {heard!r}, not on {job.word!r}")
             return
         job.phase = Phase.DONE
         device.async_changed()
@@ -282,16 +282,21 @@ class WakeWords:
             job.error = f"{job.error}; the previous pack could not be sent again: {err}"
             device.async_changed()
 
-    def _fail(self, job: WakeWordJob, why: str) -> None:
+    @callback
+    def async_fail(self, job: WakeWordJob, why: str) -> None:
+        """The change ended without the new word: the device's choice is what it was before."""
         _LOGGER.warning("%s: changing its wake word to %s failed: %s", job.device.name, job.option, why)
         job.phase, job.error = Phase.FAILED, why
         job.device.async_set_wake_word(*job.previous)
         self._forget_urls(job)
 
-    def on_progress(self, job: WakeWordJob, sent: int) -> None:
-        """Bytes of the pack the device has read."""
-        job.phase = Phase.DOWNLOADING
-        job.progress = sent * 100 // max(1, len(job.pack))
+    @callback
+    def async_progress(self, job: WakeWordJob, sent: int) -> None:
+        """Bytes of the pack the device has read: its entities are told at each new percent only."""
+        progress = sent * 100 // max(1, len(job.pack))
+        if job.phase is Phase.DOWNLOADING and progress == job.progress:
+            return  # every chunk and acknowledgement reports: most change no percent
+        job.phase, job.progress = Phase.DOWNLOADING, progress
         job.device.async_changed()
 
 
@@ -308,18 +313,18 @@ class XiaozhiWakeWordView(HomeAssistantView):
         job = words.take(token, request.remote) if words is not None else None
         if words is None or job is None:
             raise web.HTTPNotFound
-        sending = Sending(request, job.pack, lambda sent: words.on_progress(job, sent))
+        sending = Sending(request, job.pack, lambda sent: words.async_progress(job, sent))
         try:
             await sending.async_run()
         except DownloadInterrupted as err:
             job.broken = sending.written > HEADER.size
-            words._fail(job, str(err))
+            words.async_fail(job, str(err))
             if request.transport is not None:
                 request.transport.abort()
         except asyncio.CancelledError:
             if sending.written < len(job.pack):
                 job.broken = sending.written > HEADER.size  # the firmware writes from its first sector on
-                words._fail(job, f"the device closed the connection at {sending.written} of {len(job.pack)} bytes")
+                words.async_fail(job, f"the device closed the connection at {sending.written} of {len(job.pack)} bytes")
             raise
         finally:
             job.fetched.set()
