@@ -16,6 +16,7 @@ import time
 from typing import Any, Final
 import uuid
 import zipfile
+import zlib
 
 import aiohttp
 from homeassistant.core import HomeAssistant
@@ -23,6 +24,7 @@ from homeassistant.helpers.aiohttp_client import async_get_clientsession
 
 from ..protocol.firmware import BoardFacts, FirmwareError, is_newer, parse_version
 from ..protocol.messages import loads
+from .fetch import async_chunks, async_open
 from .files import ImageFile, Offer, Source, SourceUnavailable, cache_name, check_file
 
 _LOGGER = logging.getLogger(__name__)
@@ -39,6 +41,18 @@ MAX_DOWNLOAD: Final = 64 * 1024 * 1024
 DOWNLOAD_TIMEOUT: Final = 600.0
 MAX_UNZIPPED: Final = 32 * 1024 * 1024
 MAX_NOTES: Final = 20_000
+ZIP_ERRORS: Final = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, zlib.error, EOFError)
+"""What reading a zip raises: damage, Deflate64 and other methods Python lacks, encryption, corrupt deflate."""
+
+
+def zip_error(err: BaseException) -> str:
+    """A short reason for a zip that cannot be read (for the entity: no traceback, at most 200 characters)."""
+    if isinstance(err, NotImplementedError):
+        return f"it uses a compression Python cannot read ({err})"[:200]
+    if isinstance(err, RuntimeError) and "encrypted" in str(err):
+        return "its files are encrypted"
+    return f"it is damaged ({str(err) or type(err).__name__})"[:200]
+
 
 # -- remote sources ---------------------------------------------------------------------------
 
@@ -315,27 +329,15 @@ async def async_fetch(hass: HomeAssistant, offer: Offer, facts: BoardFacts, cach
 
 
 async def async_download(hass: HomeAssistant, url: str, target: Path) -> None:
-    """``url`` into ``target`` (bounded); SourceUnavailable when it cannot be had."""
-    try:
-        async with async_get_clientsession(hass).get(
-            url, timeout=aiohttp.ClientTimeout(total=DOWNLOAD_TIMEOUT, sock_read=REQUEST_TIMEOUT)
-        ) as response:
-            if response.status != 200:
-                raise SourceUnavailable(f"HTTP {response.status} for {url}")
-            if (response.content_length or 0) > MAX_DOWNLOAD:
-                raise SourceUnavailable(f"{url} is larger than {MAX_DOWNLOAD // 1048576} MB")
-            stream = await hass.async_add_executor_job(target.open, "wb")
-            try:
-                size = 0
-                async for chunk in response.content.iter_chunked(256 * 1024):
-                    size += len(chunk)
-                    if size > MAX_DOWNLOAD:
-                        raise SourceUnavailable(f"{url} is larger than {MAX_DOWNLOAD // 1048576} MB")
-                    await hass.async_add_executor_job(stream.write, chunk)
-            finally:
-                await hass.async_add_executor_job(stream.close)
-    except (aiohttp.ClientError, TimeoutError) as err:
-        raise SourceUnavailable(f"could not download {url}: {err or type(err).__name__}") from None
+    """``url`` into ``target``, whole and bounded (fetch.py); SourceUnavailable when it cannot be had."""
+    timeout = aiohttp.ClientTimeout(total=DOWNLOAD_TIMEOUT, sock_read=REQUEST_TIMEOUT)
+    async with async_open(hass, url, limit=MAX_DOWNLOAD, timeout=timeout) as response:
+        stream = await hass.async_add_executor_job(target.open, "wb")
+        try:
+            async for chunk in async_chunks(response, limit=MAX_DOWNLOAD):
+                await hass.async_add_executor_job(stream.write, chunk)
+        finally:
+            await hass.async_add_executor_job(stream.close)
 
 
 def _unpack(download: Path, final: Path, facts: BoardFacts, version: str) -> ImageFile:
@@ -370,7 +372,7 @@ def _unpack(download: Path, final: Path, facts: BoardFacts, version: str) -> Ima
                 remaining -= len(chunk)
         temporary.replace(final)
         return ImageFile(final, check_file(final, version))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile) as err:
-        raise FirmwareError(f"the release zip is damaged: {err}") from None
+    except ZIP_ERRORS as err:
+        raise FirmwareError(f"the release zip cannot be unpacked: {zip_error(err)}") from None
     finally:
         unzipped.unlink(missing_ok=True)
