@@ -50,12 +50,13 @@ def _models(models: dict[str, dict[str, bytes]]) -> bytes:
     return head + data
 
 
-def default_pack(word: str = "你好小智", *, multinet: bool = False) -> bytes:
+def default_pack(word: str = "你好小智", *, multinet: bool = False, english: bool = False) -> bytes:
     """The board's default pack: the WakeNet model of ``word``, a font and an emoji.
 
     ``multinet``: a board built with the MultiNet "custom wake word" instead: a MultiNet model and
     ``word`` as the phrase of ``index.json`` (as ``build_default_assets.py`` writes it from the
-    build's ``CONFIG_CUSTOM_WAKE_WORD``).
+    build's ``CONFIG_CUSTOM_WAKE_WORD``); ``english``: its model is ``mn7_en`` (English words),
+    else ``mn6_cn`` (pinyin).
     """
     index: dict[str, Any] = {
         "version": 1,
@@ -64,12 +65,13 @@ def default_pack(word: str = "你好小智", *, multinet: bool = False) -> bytes
         "emoji_collection": [{"name": "happy", "file": "happy.png"}],
     }
     if multinet:
-        name, model = "mn6_cn", {"_MODEL_INFO_": b"multinet6_cn", "mn6_data": bytes(range(256)) * 32}
+        name, language, command = ("mn7_en", "en", "hey xiaozhi") if english else ("mn6_cn", "cn", "ni hao xiao zhi")
+        model = {"_MODEL_INFO_": f"multinet{name[2]}_{language}".encode(), f"{name[:3]}_data": bytes(range(256)) * 32}
         index["multinet_model"] = {
-            "language": "cn",
+            "language": language,
             "duration": 3000,
             "threshold": 0.2,
-            "commands": [{"command": "ni hao xiao zhi", "text": word, "action": "wake"}],
+            "commands": [{"command": command, "text": word, "action": "wake"}],
         }
     else:
         name, model = (
@@ -145,7 +147,11 @@ class AssetsPartition:
         models = _load_models(self.files[srmodels])
         for name, model in models.items():
             if name.startswith("wn") and "_MODEL_INFO_" in model:
-                self.wake_word = model["_MODEL_INFO_"].decode(errors="replace").strip().split("_")[2]
+                # esp-sr skips the comment line some models start with (wn9_jarvis_tts: "# (neural network type)_…").
+                lines = model["_MODEL_INFO_"].decode(errors="replace").splitlines()
+                line = next((x.strip() for x in lines if x.strip() and not x.lstrip().startswith("#")), "")
+                fields = line.split("_")
+                self.wake_word = fields[2] if len(fields) > 2 else None
                 return
         # A MultiNet ("custom wake word") board: the text of the phrase it hears (CustomWakeWord).
         multinet = index.get("multinet_model")

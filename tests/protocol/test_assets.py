@@ -142,3 +142,115 @@ def test_the_assets_partition_from_a_report_and_a_flash_image() -> None:
     assert pack_in_flash_image(image, [("assets", 0x1000, len(pack) + 0x100)]) == pack
     with pytest.raises(AssetsError):
         pack_in_flash_image(image, [("model", 0x1000, 0x100)])
+
+
+# -- the real forms of esp-sr's files, and packs drawn to cost more than their size ----------------
+
+COMMENT = b"# (neural network type)_(model data version)_(lable1_detection windown length_threshold)_...\n"
+
+
+@pytest.mark.parametrize(
+    ("info", "word", "generation"),
+    [
+        (b"wakeNet9_v1h24_Hi,ESP_3_0.63_0.635", "Hi,ESP", 9),  # one line, nothing after it
+        (b"wakenet9l_tts1h8_Alexa_3_0.640_0.650\n", "Alexa", 9),  # a newline
+        (COMMENT + b"wakenet9l_tts1h8_Jarvis_3_0.627_0.632\n", "Jarvis", 9),  # a comment line first
+        (b"wakenet9_tts3h12_Hi,Stack Chan_3_0.585_0.590  \n", "Hi,Stack Chan", 9),  # spaces and a comma
+        ("wakenet9l_tts1h8_Hi,Lily or Hi,莉莉_3_0.633_0.639\n".encode(), "Hi,Lily or Hi,莉莉", 9),  # alternatives
+        (b"wakenet9_tts2h12_Ni3Hao3Xiao3Rui4_3_0.610_0.619", "Ni3Hao3Xiao3Rui4", 9),  # pinyin with tones
+        (b"wakenet9s_tts2h8_hitelly_3_0.630_0.635\r\n", "hitelly", 9),
+        (b"wakeNet5_v1_hilexin_5_0.95_0.90", "hilexin", 5),
+    ],
+)
+def test_every_form_of_model_info_names_its_word(info: bytes, word: str, generation: int) -> None:
+    assert wake_word_of({"_MODEL_INFO_": info}) == word
+    assert wakenet_generation({"_MODEL_INFO_": info}) == generation
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        COMMENT,  # only the comment
+        b"",
+        b"not a model",
+        b"wakenet9l_tts1h8_" + b"A" * 60_000 + b"_3_0.6_0.6",  # a word of 60,000 characters
+        "wakenet9l_tts1h8_Hi\u202eESP_3_0.6_0.6".encode(),  # a direction mark
+        b"wakenet9l_tts1h8_Hi\x00ESP_3_0.6_0.6",
+        "wakenet9l_tts1h8_Hi 😀_3_0.6_0.6".encode(),
+        b"\xff\xfe",
+    ],
+)
+def test_a_model_info_without_a_usable_word_is_refused(info: bytes) -> None:
+    with pytest.raises(AssetsError) as caught:
+        wake_word_of({"_MODEL_INFO_": info})
+    assert len(str(caught.value)) < 200  # what reaches the entity and the log is short
+
+
+def test_a_model_without_its_data_cannot_go_into_a_pack() -> None:
+    with pytest.raises(AssetsError, match="no data file"):
+        with_wakenet(default_pack(), "wn9_hiesp", {"_MODEL_INFO_": HI_ESP["_MODEL_INFO_"], "wn9_index": b"\x07"})
+
+
+def _table_pack(entries: list[tuple[str, int, int]], data: bytes) -> bytes:
+    """A pack whose table is drawn by hand: (name, size, offset) entries over ``data``."""
+    table = b"".join(
+        struct.pack("<32sIIHH", name.encode().ljust(32, b"\0"), size, offset, 0, 0) for name, size, offset in entries
+    )
+    body = table + data
+    return struct.pack("<III", len(entries), sum(body) & 0xFFFF, len(body)) + body
+
+
+def test_a_pack_whose_entries_overlap_is_refused_without_reading_them_again() -> None:
+    """2,500 entries over one MiB (1.04 MiB once cost 1,172 MiB to parse): refused, a few MB at most."""
+    import tracemalloc
+
+    data = b"ZZ" + bytes(1024 * 1024)
+    pack = _table_pack([(f"f{i}", len(data) - 2, 0) for i in range(2500)], data)
+    tracemalloc.start()
+    try:
+        with pytest.raises(AssetsError, match="overlaps"):
+            parse_pack(pack)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 1024 * 1024
+
+
+def test_a_pack_is_read_as_views_of_itself() -> None:
+    """An 8 MB pack: its files are views, nothing is copied."""
+    import tracemalloc
+
+    big = bytes(8 * 1024 * 1024)
+    pack = build_pack([AssetFile("index.json", b"{}"), AssetFile("font.bin", big)])
+    tracemalloc.start()
+    try:
+        files = parse_pack(pack)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 * 1024
+    assert isinstance(files["font.bin"].data, memoryview)
+    assert files["font.bin"].data == big
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [("a", 10, 12), ("b", 10, 0)],  # out of order
+        [("a", 10, 0), ("a", 10, 12)],  # a name twice
+    ],
+)
+def test_entries_out_of_order_or_repeated_are_refused(entries: list[tuple[str, int, int]]) -> None:
+    data = (b"ZZ" + bytes(10)) * 2
+    with pytest.raises(AssetsError, match="overlaps another file or repeats"):
+        parse_pack(_table_pack(entries, data))
+
+
+def test_models_whose_files_overlap_are_refused() -> None:
+    pack = bytearray(build_models({"wn9_hiesp": HI_ESP}))
+    # point the third file at the second one's bytes
+    header = 4 + 32 + 4
+    second, third = header + 40, header + 80
+    pack[third + 32 : third + 36] = pack[second + 32 : second + 36]
+    with pytest.raises(AssetsError, match="overlaps"):
+        parse_models(bytes(pack))

@@ -10,7 +10,8 @@ schemas), ``voice`` (what the device is told during a conversation), ``framing``
 audio frames), ``opus`` (Opus packets), ``pcm`` (PCM, resampling), ``ogg`` (Ogg Opus), ``wav``
 (WAV streams), ``pacing`` (real-time sending), ``sentences`` (text shown while speaking),
 ``mqtt`` (the MQTT codec), ``udp`` (the encrypted audio channel), ``firmware``
-(ESP app images and versions), ``assets`` (the assets pack: wake word model, font, emoji).
+(ESP app images and versions), ``assets`` (the assets pack: wake word model, font, emoji),
+``phrases`` (MultiNet wake phrases a model can hear).
 """
 
 __version__ = "0.1.0"
@@ -28,6 +29,7 @@ __all__ = [
     "opus",
     "pacing",
     "pcm",
+    "phrases",
     "register",
     "schema",
     "sentences",

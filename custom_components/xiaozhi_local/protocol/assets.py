@@ -16,12 +16,21 @@ model pack is ``u32 model_count``, then per model ``name[32], u32 file_count`` a
 ``name[32], u32 offset, u32 length`` (offsets from the pack's start), then the data. A WakeNet
 model is a folder of ESP-SR's ``model/wakenet_model/``: its ``_MODEL_INFO_`` names the wake word,
 which the firmware sends as the ``listen detect`` text when it hears it.
+
+Parsing makes no copies: a file of a pack is a view of the pack's bytes, so a pack costs its own
+size however its table is drawn. Entries must follow each other in order without overlapping, as
+the firmware's tools write them (the firmware itself maps the partition and copies nothing); a
+table that points many entries at the same bytes is refused instead of being read many times.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 import json
 import struct
 from typing import Any, Final
+import unicodedata
+
+from .phrases import phrase_problem
 
 HEADER: Final = struct.Struct("<III")
 ENTRY: Final = struct.Struct("<32sIIHH")
@@ -36,6 +45,11 @@ WAKENET_PREFIX: Final = "wn"
 """ESP-SR's ``ESP_WN_PREFIX``: the models the firmware's wake word engine picks from."""
 MULTINET_PREFIX: Final = "mn"
 MODEL_INFO: Final = "_MODEL_INFO_"
+MAX_INFO: Final = 4096
+"""Bytes of ``_MODEL_INFO_`` read at most (esp-sr's longest, with its comment line, are 175)."""
+MAX_WORD: Final = 64
+"""Characters of a wake word at most (esp-sr's longest, ``Hi,Wall,E or Hi,瓦力``, has 20)."""
+type Bytes = bytes | memoryview
 
 
 class AssetsError(ValueError):
@@ -52,19 +66,20 @@ class AssetFile:
     """One file of an assets pack (``width``/``height`` are set for images only)."""
 
     name: str
-    data: bytes
+    data: Bytes
+    """A view of the pack it was read from (no copy), or bytes of its own."""
     width: int = 0
     height: int = 0
 
 
-def checksum(data: bytes | bytearray | memoryview) -> int:
+def checksum(data: Bytes | bytearray) -> int:
     """The firmware's ``CalculateChecksum``: the sum of the bytes, masked to 16 bits."""
     return sum(data) & 0xFFFF
 
 
-def _name(raw: bytes) -> str:
+def _name(raw: Bytes) -> str:
     try:
-        return raw.split(b"\0", 1)[0].decode()
+        return bytes(raw).split(b"\0", 1)[0].decode()
     except UnicodeDecodeError:
         raise AssetsError("bad_name", "a file name is not UTF-8") from None
 
@@ -95,8 +110,11 @@ def build_pack(files: list[AssetFile]) -> bytes:
     return HEADER.pack(len(files), checksum(body), len(body)) + body
 
 
-def parse_pack(pack: bytes, partition_size: int | None = None) -> dict[str, AssetFile]:
-    """The files of a pack, checked as ``Assets::InitializePartition`` and ``GetAssetData`` do."""
+def parse_pack(pack: Bytes, partition_size: int | None = None) -> dict[str, AssetFile]:
+    """The files of a pack, checked as ``Assets::InitializePartition`` and ``GetAssetData`` do.
+
+    Each file is a view of ``pack``; entries out of order, overlapping, or named twice are refused.
+    """
     if len(pack) < HEADER.size:
         raise AssetsError("truncated", "the pack is shorter than its header")
     if partition_size is not None and len(pack) > partition_size:
@@ -110,20 +128,25 @@ def parse_pack(pack: bytes, partition_size: int | None = None) -> dict[str, Asse
         )
     if count > MAX_FILES or HEADER.size + count * ENTRY.size > HEADER.size + length:
         raise AssetsError("bad_table", f"a table of {count} files does not fit the pack")
-    body = memoryview(pack)[HEADER.size : HEADER.size + length]
+    view = memoryview(pack)
+    body = view[HEADER.size : HEADER.size + length]
     if checksum(body) != stored:
         raise AssetsError("checksum", f"the checksum is {checksum(body):#06x}, the header says {stored:#06x}")
     files: dict[str, AssetFile] = {}
     start = HEADER.size + count * ENTRY.size
+    free = start  # where the next entry may begin: entries follow each other, never overlap
     for index in range(count):
-        raw_name, size, offset, width, height = ENTRY.unpack_from(pack, HEADER.size + index * ENTRY.size)
+        raw_name, size, offset, width, height = ENTRY.unpack_from(view, HEADER.size + index * ENTRY.size)
         name = _name(raw_name)
         at = start + offset
         if at + len(MAGIC) + size > HEADER.size + length:
-            raise AssetsError("bad_table", f"{name} runs past the end of the pack")
-        if pack[at : at + len(MAGIC)] != MAGIC:
-            raise AssetsError("bad_magic", f"{name} does not start with the magic ZZ")
-        files[name] = AssetFile(name, bytes(pack[at + len(MAGIC) : at + len(MAGIC) + size]), width, height)
+            raise AssetsError("bad_table", f"{name[:64]} runs past the end of the pack")
+        if at < free or name in files:
+            raise AssetsError("bad_table", f"{name[:64]} overlaps another file or repeats a name")
+        if bytes(view[at : at + len(MAGIC)]) != MAGIC:
+            raise AssetsError("bad_magic", f"{name[:64]} does not start with the magic ZZ")
+        free = at + len(MAGIC) + size
+        files[name] = AssetFile(name, view[at + len(MAGIC) : free], width, height)
     return files
 
 
@@ -132,7 +155,7 @@ def read_index(files: dict[str, AssetFile]) -> dict[str, Any]:
     if INDEX not in files:
         raise AssetsError("no_index", "the pack has no index.json")
     try:
-        index = json.loads(files[INDEX].data)
+        index = json.loads(bytes(files[INDEX].data))
     except ValueError, UnicodeDecodeError:
         raise AssetsError("bad_index", "index.json is not valid JSON") from None
     if not isinstance(index, dict):
@@ -143,11 +166,11 @@ def read_index(files: dict[str, AssetFile]) -> dict[str, Any]:
     return index
 
 
-type Models = dict[str, dict[str, bytes]]
+type Models = dict[str, dict[str, Bytes]]
 """ESP-SR models by name (``wn9_hiesp``), each its files by name (``wn9_data``)."""
 
 
-def build_models(models: Models) -> bytes:
+def build_models(models: Mapping[str, Mapping[str, Bytes]]) -> bytes:
     """An ESP-SR model pack (``srmodels.bin``), as ``pack_model.py`` writes it."""
     files = sum(len(model) for model in models.values())
     header_length = 4 + len(models) * (NAME_LENGTH + 4) + files * (NAME_LENGTH + 8)
@@ -161,54 +184,99 @@ def build_models(models: Models) -> bytes:
     return bytes(header + data)
 
 
-def parse_models(pack: bytes) -> Models:
-    """The models of an ESP-SR model pack (``srmodel_load``), bounds checked."""
+def parse_models(pack: Bytes) -> Models:
+    """The models of an ESP-SR model pack (``srmodel_load``), bounds checked; files are views of ``pack``.
+
+    Files may not overlap each other or the header, and their sizes add up to at most the pack's.
+    """
+    view = memoryview(pack)
+    spans: list[tuple[int, int, str]] = []
     try:
-        (count,) = struct.unpack_from("<I", pack)
+        (count,) = struct.unpack_from("<I", view)
         if count > MAX_MODELS:
             raise AssetsError("bad_models", f"the model pack says {count} models")
         at = 4
         models: Models = {}
         for _ in range(count):
-            name = _name(pack[at : at + NAME_LENGTH])
-            (files,) = struct.unpack_from("<I", pack, at + NAME_LENGTH)
+            name = _name(view[at : at + NAME_LENGTH])
+            (files,) = struct.unpack_from("<I", view, at + NAME_LENGTH)
             at += NAME_LENGTH + 4
             if files > MAX_FILES:
-                raise AssetsError("bad_models", f"model {name} says {files} files")
-            model: dict[str, bytes] = {}
+                raise AssetsError("bad_models", f"model {name[:64]} says {files} files")
+            model: dict[str, Bytes] = {}
             for _ in range(files):
-                file_name = _name(pack[at : at + NAME_LENGTH])
-                offset, length = struct.unpack_from("<II", pack, at + NAME_LENGTH)
+                file_name = _name(view[at : at + NAME_LENGTH])
+                offset, length = struct.unpack_from("<II", view, at + NAME_LENGTH)
                 at += NAME_LENGTH + 8
-                if offset + length > len(pack):
-                    raise AssetsError("bad_models", f"{name}/{file_name} runs past the end of the model pack")
-                model[file_name] = bytes(pack[offset : offset + length])
+                if offset + length > len(view):
+                    raise AssetsError("bad_models", f"{name[:64]}/{file_name[:64]} runs past the end of the model pack")
+                model[file_name] = view[offset : offset + length]
+                spans.append((offset, offset + length, name))
             models[name] = model
     except struct.error:
         raise AssetsError("bad_models", "the model pack is truncated") from None
+    free = at  # the data begins after the header
+    for start, end, name in sorted(spans):
+        if start < free:
+            raise AssetsError("bad_models", f"a file of model {name[:64]} overlaps the header or another file")
+        free = max(free, end)
     return models
 
 
-def wake_word_of(model: dict[str, bytes]) -> str:
-    """The wake word a WakeNet model reports (``_MODEL_INFO_``: ``wakeNet9_v1h24_Hi,ESP_3_0.63_0.635``)."""
+def model_info(model: Mapping[str, Bytes]) -> list[str]:
+    """The fields of a WakeNet model's ``_MODEL_INFO_`` line: ``wakenet9l``, ``tts1h8``, ``Jarvis`` and so on.
+
+    esp-sr writes one line, ``(network)_(data version)_(word)_(window)_(threshold 90 %)_(threshold 95 %)``,
+    sometimes after a comment line that starts with ``#`` and with spaces or a newline after it.
+    """
     info = model.get(MODEL_INFO) or model.get(f"{MODEL_INFO}p1")
     if info is None:
         raise AssetsError("bad_model", "the model has no _MODEL_INFO_")
+    if len(info) > MAX_INFO:
+        raise AssetsError("bad_model", f"its _MODEL_INFO_ is longer than {MAX_INFO} bytes")
     try:
-        fields = info.decode().strip().split("_")
+        text = bytes(info).decode()
     except UnicodeDecodeError:
         raise AssetsError("bad_model", "its _MODEL_INFO_ is not text") from None
-    if len(fields) < 4 or not fields[0].lower().startswith("wakenet") or not fields[2]:
-        raise AssetsError("bad_model", f"its _MODEL_INFO_ names no wake word: {info[:64]!r}")
-    return fields[2]
+    for line in text.splitlines():
+        fields = line.strip().split("_")
+        if fields[0].lower().startswith("wakenet") and len(fields) >= 4:
+            return fields
+    raise AssetsError("bad_model", f"its _MODEL_INFO_ names no wake word: {text[:64]!r}")
 
 
-def wakenet_generation(model: dict[str, bytes]) -> int | None:
+def wake_word_of(model: Mapping[str, Bytes]) -> str:
+    """The wake word a WakeNet model reports (``_MODEL_INFO_``: ``wakeNet9_v1h24_Hi,ESP_3_0.63_0.635``).
+
+    A word with more than ``MAX_WORD`` characters, or with control or direction characters, is refused.
+    """
+    word = model_info(model)[2].strip()
+    if not word or len(word) > MAX_WORD or not printable(word):
+        raise AssetsError("bad_model", f"its _MODEL_INFO_ names no usable wake word: {word[:MAX_WORD]!r}")
+    return word
+
+
+def wakenet_generation(model: Mapping[str, Bytes]) -> int | None:
     """The WakeNet generation of a model (9 for ``wakeNet9l_…``), if its ``_MODEL_INFO_`` says."""
-    info = model.get(MODEL_INFO) or model.get(f"{MODEL_INFO}p1") or b""
-    head = info.decode(errors="replace").split("_", 1)[0].lower().removeprefix("wakenet")
-    digits = "".join(ch for ch in head if ch.isdigit())
+    try:
+        head = model_info(model)[0].lower().removeprefix("wakenet")
+    except AssetsError:
+        return None
+    digits = "".join(ch for ch in head[:4] if ch.isdigit())
     return int(digits) if digits else None
+
+
+def check_wakenet_model(model: Mapping[str, Bytes]) -> str:
+    """The word of a WakeNet model that has what the engine loads (``_MODEL_INFO_`` and non-empty ``*_data``)."""
+    word = wake_word_of(model)
+    if not any(name.endswith("_data") and len(data) > 0 for name, data in model.items()):
+        raise AssetsError("bad_model", "the model has no data file (wn9_data)")
+    return word
+
+
+def printable(text: str) -> bool:
+    """No control, format (direction marks), surrogate, private or unassigned character, and no emoji."""
+    return all(unicodedata.category(ch)[0] != "C" and unicodedata.category(ch) != "So" for ch in text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +340,7 @@ def pack_engine(files: dict[str, AssetFile]) -> str | None:
     return "wakenet" if found.model.startswith(WAKENET_PREFIX) else "multinet"
 
 
-def with_wake_phrase(pack: bytes, command: str, text: str) -> bytes:
+def with_wake_phrase(pack: Bytes, command: str, text: str) -> bytes:
     """``pack`` (of a MultiNet board) with its wake phrase replaced: ``command`` heard, ``text`` shown and sent.
 
     ``command`` is what MultiNet listens for: English words, or pinyin separated by spaces for
@@ -281,9 +349,14 @@ def with_wake_phrase(pack: bytes, command: str, text: str) -> bytes:
     command, text = " ".join(command.split()), text.strip()
     if not command or not text or len(command) > 64 or len(text.encode()) > 64:
         raise AssetsError("bad_phrase", "a wake phrase and its text must each be 1 to 64 characters")
+    if not printable(command) or not printable(text):
+        raise AssetsError("bad_phrase", "a wake phrase and its text may hold no control, direction or emoji characters")
     files = parse_pack(pack)
-    if pack_engine(files) != "multinet":
+    found = pack_wake_word(files)
+    if found.model is None or not found.model.startswith(MULTINET_PREFIX):
         raise AssetsError("not_multinet", "the board's pack has no MultiNet model: it wakes on a WakeNet model")
+    if (problem := phrase_problem(command, found.model)) is not None:
+        raise AssetsError("bad_phrase", problem)
     index = read_index(files)
     raw = index.get("multinet_model")
     multinet = dict(raw) if isinstance(raw, dict) else {}
@@ -294,11 +367,11 @@ def with_wake_phrase(pack: bytes, command: str, text: str) -> bytes:
     return build_pack(list(files.values()))
 
 
-def with_wakenet(pack: bytes, name: str, model: dict[str, bytes]) -> bytes:
+def with_wakenet(pack: Bytes, name: str, model: Mapping[str, Bytes]) -> bytes:
     """``pack`` with its WakeNet model replaced by ``model`` (everything else kept as it was)."""
     if not name.startswith(WAKENET_PREFIX):
         raise AssetsError("bad_model", f"{name} is not a WakeNet model (its name must start with {WAKENET_PREFIX})")
-    wake_word_of(model)  # a model the firmware can name
+    check_wakenet_model(model)  # a model the firmware can load and name
     files = parse_pack(pack)
     index = read_index(files)
     srmodels = index.get("srmodels")
@@ -312,13 +385,13 @@ def with_wakenet(pack: bytes, name: str, model: dict[str, bytes]) -> bytes:
     else:
         srmodels = "srmodels.bin"
         index["srmodels"] = srmodels
-    models = {name: model, **models}  # the wake word engine takes the first WakeNet model
+    models = {name: dict(model), **models}  # the wake word engine takes the first WakeNet model
     files[srmodels] = AssetFile(srmodels, build_models(models))
     files[INDEX] = AssetFile(INDEX, json.dumps(index, ensure_ascii=False, indent=4).encode())
     return build_pack(list(files.values()))
 
 
-def check_pack(pack: bytes, partition_size: int, *, word: str | None = None) -> PackWakeWord:
+def check_pack(pack: Bytes, partition_size: int, *, word: str | None = None) -> PackWakeWord:
     """Raise AssetsError unless the device would take ``pack`` (and wake on ``word``, when given)."""
     if partition_size <= 0:
         raise AssetsError("no_partition", "the device reports no assets partition")
@@ -341,7 +414,7 @@ def assets_partition_size(table: Any) -> int | None:
     return None
 
 
-def pack_in_flash_image(image: bytes, partitions: list[tuple[str, int, int]]) -> bytes:
+def pack_in_flash_image(image: Bytes, partitions: list[tuple[str, int, int]]) -> bytes:
     """The assets pack a merged flash image holds (``partitions``: label, offset, size of its table).
 
     A release's ``merged-binary.bin`` holds the board's default pack at its ``assets`` partition;
