@@ -7,10 +7,11 @@ check, checks its length and 16-bit sum, reads ``index.json`` and loads the Wake
 Models and the board's default pack come from a local folder (never the internet).
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 import io
 import json
 from pathlib import Path
+import shutil
 from typing import Any
 import zipfile
 
@@ -18,14 +19,16 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
+from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import CONF_WAKE_WORD_MODELS, CONF_WAKE_WORD_MODELS_URL
 from custom_components.xiaozhi_local.device import XiaozhiDevice
 from custom_components.xiaozhi_local.hub import XiaozhiHub
-from custom_components.xiaozhi_local.wake_word_files import FOLDER
-from custom_components.xiaozhi_local.wake_words import AS_BUILT
+from custom_components.xiaozhi_local.protocol.assets import parse_models, parse_pack, read_index
+from custom_components.xiaozhi_local.wake_word_files import CATALOG_BY_NAME, FOLDER
+from custom_components.xiaozhi_local.wake_words import AS_BUILT, _make_pack
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.assets import default_pack
 from xiaozhi_sim.firmware import build_image, flash_image
@@ -43,10 +46,12 @@ from .conftest import (
     wait_settled,
     ws_url,
 )
+from .esp_sr import BROKEN, MODES, EspSr, word_of
 from .helpers import resources, wait_entity
 from .test_lifecycle import no_cyclic_gc, nothing_grew
 
 ENTITY = "select.kitchen_wake_word"
+FRENCH = "wn9l_fr_bonjouresp_tts3"
 BOARD = "bread-compact-wifi"
 
 
@@ -70,11 +75,17 @@ def wake_dir(hass: HomeAssistant, tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.fixture(autouse=True)
+async def websocket_api(hass: HomeAssistant) -> None:
+    """Home Assistant's websocket API (the voice settings page's), set up before the test server starts."""
+    assert await async_setup_component(hass, "websocket_api", {})
+
+
 @pytest.fixture
 async def hub(
     hass: HomeAssistant, wake_dir: Path, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
 ) -> XiaozhiHub:
-    """The hub, its device URLs on the test server."""
+    """The hub, its device URLs on the test server (the UI's websocket API set up before the server)."""
     return await served_hub(hass, setup_integration, client)
 
 
@@ -302,22 +313,20 @@ async def test_a_download_that_breaks_off_is_followed_by_the_old_pack(
         await device.drop()
 
 
+def cached(hub: XiaozhiHub) -> list[str]:
+    """What the model cache holds (every entry, hidden ones included)."""
+    cache = hub.wake_words.files.cache
+    return sorted(path.name for path in cache.iterdir()) if cache.exists() else []
+
+
 @pytest.fixture
-async def esp_sr(hass: HomeAssistant, hub: XiaozhiHub) -> AsyncIterator[list[str]]:
-    """A stand-in for esp-sr's model folders on GitHub (never the internet); the paths asked for."""
-    asked: list[str] = []
-    models = {
-        "wn9_alexa": {"_MODEL_INFO_": b"wakeNet9l_v2h24_alexa_3_0.585_0.605\n", "wn9_data": b"\x05" * 50_000},
-        "wn9_computer_tts": {"_MODEL_INFO_": b"not a model", "wn9_data": b"\x05" * 10},
-    }
-
-    async def serve(request: web.Request) -> web.Response:
-        asked.append(request.path)
-        data = models.get(request.match_info["model"], {}).get(request.match_info["file"])
-        return web.Response(body=data) if data is not None else web.Response(status=404)
-
+async def esp_sr(hass: HomeAssistant, hub: XiaozhiHub, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[EspSr]:
+    """A stand-in for esp-sr's model folders (never the internet): every catalog model, real sizes, pinned."""
+    stand_in = EspSr.like_esp_sr()
+    for name, model in stand_in.catalog.items():
+        monkeypatch.setitem(CATALOG_BY_NAME, name, model)
     app = web.Application()
-    app.router.add_get("/wakenet_model/{model}/{file}", serve)
+    app.router.add_get("/wakenet_model/{model}/{file}", stand_in.serve)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     options = {
@@ -327,34 +336,149 @@ async def esp_sr(hass: HomeAssistant, hub: XiaozhiHub) -> AsyncIterator[list[str
     }
     hass.config_entries.async_update_entry(hub.entry, options=options)
     await hass.async_block_till_done()
-    yield asked
+    yield stand_in
     await server.close()
 
 
 async def test_a_catalog_model_is_downloaded_once_when_allowed(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: list[str]
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr
 ) -> None:
-    """Alexa is not in the folder: downloaded from esp-sr, cached, and used; the next time from the cache."""
+    """Alexa is not in the folder: downloaded from esp-sr in many pieces, cached, used; then from the cache."""
     await changed(hass, hub, device, "Alexa")
-    assert device.wake_word == "alexa"
-    assert esp_sr == [f"/wakenet_model/wn9_alexa/{name}" for name in ("_MODEL_INFO_", "wn9_data", "wn9_index")]
+    assert device.wake_word == "Alexa"
+    assert esp_sr.asked == [f"wn9_alexa/{name}" for name in ("_MODEL_INFO_", "wn9_data", "wn9_index")]
+    srmodels = device.assets.files[json.loads(device.assets.files["index.json"])["srmodels"]]
+    assert esp_sr.files["wn9_alexa"]["wn9_data"] in srmodels  # byte for byte, all 289,638 bytes
     await changed(hass, hub, device, AS_BUILT)
     await changed(hass, hub, device, "Alexa")
-    assert len(esp_sr) == 3  # from the cache
-    with pytest.raises(HomeAssistantError, match="wn9_computer_tts could not be downloaded"):
-        await choose(hass, "Computer")  # what came is no model: refused, not kept
-    assert not (hub.wake_words.files.cache / "wn9_computer_tts").exists()
+    assert len(esp_sr.asked) == 3  # from the cache
 
 
 async def test_nothing_is_downloaded_unless_allowed(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: list[str]
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr
 ) -> None:
     options = {**hub.entry.options, CONF_WAKE_WORD_MODELS: False}
     hass.config_entries.async_update_entry(hub.entry, options=options)
     await hass.async_block_till_done()
     with pytest.raises(HomeAssistantError, match="downloading models is off"):
         await choose(hass, "Alexa")
-    assert esp_sr == []
+    assert esp_sr.asked == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_every_catalog_model_reaches_the_pack_whole(
+    hub: XiaozhiHub, esp_sr: EspSr, wake_dir: Path, mode: str
+) -> None:
+    """All 70 models, sent whole, chunked or slowly: each pack carries the model byte for byte, parsed."""
+    for local in ("wn9_hiesp", "wn9_heywillow_tts"):
+        shutil.rmtree(wake_dir / local)  # the local folder would come first
+    esp_sr.mode = mode
+    base = default_pack()
+    for model in esp_sr.models():
+        chip = sorted(model.chips)[0]
+        files = await hub.wake_words.files.async_model(model.name, chip)
+        assert files == esp_sr.files[model.name]
+        pack, word, before = _make_pack(base, model.label, model.name, files, 0x800000)
+        assert word == word_of(model).strip()
+        assert before == "你好小智"
+        parsed = parse_pack(pack)
+        srmodels = parse_models(parsed[read_index(parsed)["srmodels"]].data)
+        assert {name: bytes(data) for name, data in srmodels[model.name].items()} == esp_sr.files[model.name]
+    assert len(esp_sr.asked) == 3 * 70
+    assert cached(hub) == sorted(esp_sr.files)
+
+
+@pytest.mark.parametrize("broken", BROKEN)
+@pytest.mark.parametrize("file", ["wn9_data", "wn9_index"])
+async def test_a_model_that_arrives_cut_or_lying_is_refused_and_not_cached(
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr, broken: str, file: str
+) -> None:
+    """Closed half-way, a Content-Length that lies, no length and closed early, missing: never kept."""
+    esp_sr.broken[f"wn9_jarvis_tts/{file}"] = broken
+    with pytest.raises(HomeAssistantError, match="wn9_jarvis_tts could not be downloaded"):
+        await choose(hass, "Jarvis")
+    assert device.assets.downloads == []
+    assert cached(hub) == []  # no model, no half-written folder
+    esp_sr.broken.clear()  # the next try gets it whole
+    await changed(hass, hub, device, "Jarvis")
+    assert device.wake_word == "Jarvis"
+
+
+async def test_jarvis_whose_model_info_starts_with_a_comment_works(
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr
+) -> None:
+    """esp-sr's Jarvis: a comment line, then the model's line. Offered, downloaded, heard, confirmed."""
+    assert esp_sr.files["wn9_jarvis_tts"]["_MODEL_INFO_"].startswith(b"# (neural network type)")
+    assert (state := hass.states.get(ENTITY)) is not None
+    assert "Jarvis" in state.attributes["options"]
+    xdev = await changed(hass, hub, device, "Jarvis")
+    assert device.wake_word == "Jarvis"
+    await mqtt_in_conversation(hub, device)
+    await detect(device, "Jarvis")
+    now = await wait_entity(hass, ENTITY, lambda s: s.attributes.get("phase") == "done")
+    assert now.attributes["progress"] == 100
+    assert now.state == "Jarvis"
+    assert xdev.expected_wake_word == "Jarvis"
+
+
+async def test_a_changed_cached_model_is_fetched_again(
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr
+) -> None:
+    await changed(hass, hub, device, "Alexa")
+    cached = hub.wake_words.files.cache / "wn9_alexa" / "wn9_data"
+    cached.write_bytes(cached.read_bytes()[:65536])  # what a one-read download once kept
+    await changed(hass, hub, device, "Hey Kira")
+    await changed(hass, hub, device, "Alexa")
+    assert esp_sr.asked.count("wn9_alexa/wn9_data") == 2
+    assert cached.read_bytes() == esp_sr.files["wn9_alexa"]["wn9_data"]
+
+
+async def test_a_model_for_another_chip_is_refused_before_any_download(
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr, wake_dir: Path
+) -> None:
+    """WakeNet 9s models are for the C3/C5/C6; a WakeNet 5 folder runs on no chip esp-sr 2 serves."""
+    state = hass.states.get(ENTITY)
+    assert state is not None
+    options = state.attributes["options"]
+    assert len(options) == 1 + sum(1 for m in esp_sr.models() if "esp32s3" in m.chips) == 66
+    assert options[:2] == [AS_BUILT, "你好小智"]  # the board's own word first
+    with pytest.raises(HomeAssistantError, match="does not run on the esp32s3 chip"):
+        await hub.wake_words.files.async_model("wn9s_hiesp", "esp32s3")
+    model_folder(wake_dir, "wn5_hilexin", "wakeNet5_v1_hilexin_5_0.95_0.90")
+    with pytest.raises(HomeAssistantError, match="does not run"):
+        await hub.wake_words.async_choose(hub.devices[MAC], "wn5_hilexin")  # a folder of its own
+    assert esp_sr.asked == []
+    assert cached(hub) == []
+
+
+async def test_home_assistants_voice_settings_choose_the_wake_word(
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr, hass_ws_client: Any
+) -> None:
+    """Settings → Voice assistants lists the select's words; choosing one there changes the device."""
+    satellite = "assist_satellite.kitchen"
+    ws = await hass_ws_client(hass)
+    await ws.send_json_auto_id({"type": "assist_satellite/get_configuration", "entity_id": satellite})
+    config = (await ws.receive_json())["result"]
+    ids = [word["id"] for word in config["available_wake_words"]]
+    state = hass.states.get(ENTITY)
+    assert state is not None
+    assert len(ids) == len(state.attributes["options"])
+    assert ids[:2] == [AS_BUILT, "wn9_nihaoxiaozhi_tts"]
+    assert config["available_wake_words"][0]["wake_word"] == "你好小智 (As built)"  # the select's own words
+    assert config["active_wake_words"] == [AS_BUILT]
+    french = next(w for w in config["available_wake_words"] if w["id"] == FRENCH)
+    assert french["trained_languages"] == ["fr"]
+    boots = device.boots
+    await ws.send_json_auto_id(
+        {"type": "assist_satellite/set_wake_words", "entity_id": satellite, "wake_word_ids": [FRENCH]}
+    )
+    assert (await ws.receive_json())["success"]
+    assert (state := hass.states.get(ENTITY)) is not None
+    assert state.state == "Bonjour ESP"  # the select follows
+    await device.wait_boots(boots + 1, timeout=20)
+    assert device.wake_word == "Bonjour,ESP"
+    await ws.send_json_auto_id({"type": "assist_satellite/get_configuration", "entity_id": satellite})
+    assert (await ws.receive_json())["result"]["active_wake_words"] == [FRENCH]
 
 
 async def test_a_multinet_board_takes_a_phrase(
@@ -386,6 +510,30 @@ async def test_a_multinet_board_takes_a_phrase(
         assert xdev.expected_wake_word == "嗨小明"
         phrases = json.loads(device.assets.files["index.json"])["multinet_model"]["commands"]
         assert phrases == [{"command": "hai xiao ming", "text": "嗨小明", "action": "wake"}]
+    finally:
+        await device.drop()
+
+
+async def test_a_pinyin_phrase_for_an_english_multinet_board_is_refused(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], wake_dir: Path
+) -> None:
+    """An English MultiNet model (mn7_en) never hears pinyin: refused with the reason, nothing sent."""
+    pack = default_pack("Hey Xiaozhi", multinet=True, english=True)
+    (wake_dir / f"{BOARD}.bin").write_bytes(pack)
+    device: MqttDevice = await mqtt_online(hub, client, reboots=True, assets_pack=pack)
+    try:
+        text = "text.kitchen_wake_phrase"
+        await wait_entity(hass, text, lambda s: s.state == "")
+        with pytest.raises(HomeAssistantError, match="'hai xiao ming' is pinyin; mn7_en listens for English words"):
+            await hass.services.async_call(
+                "text", "set_value", {"entity_id": text, "value": "hai xiao ming | 嗨小明"}, blocking=True
+            )
+        with pytest.raises(HomeAssistantError, match="control, direction or emoji"):
+            await hass.services.async_call(
+                "text", "set_value", {"entity_id": text, "value": "hey tom | Tom\u202e"}, blocking=True
+            )
+        assert device.assets.downloads == []
+        assert "download_url" not in device.nvs.get("assets", {})
     finally:
         await device.drop()
 
@@ -473,3 +621,45 @@ async def test_a_large_pack_tells_its_progress_once_per_percent(
     # Each percent once; a few other changes of the device (its link, its values) may fall in between.
     assert len(downloading) <= len(set(downloading)) + 5
     assert device.wake_word == "Jarvis"
+
+
+@pytest.fixture
+def outside(wake_dir: Path) -> Iterator[Path]:
+    """Packs outside the wake word folder: beside it, and at an absolute path."""
+    (wake_dir.parent / "outside.bin").write_bytes(default_pack("Secret"))
+    absolute = Path("/tmp/outside-abs.bin")
+    absolute.write_bytes(default_pack("Secret"))
+    yield absolute
+    absolute.unlink(missing_ok=True)
+
+
+@pytest.mark.usefixtures("outside")
+@pytest.mark.parametrize("board", ["../outside", "/tmp/outside-abs", "../../outside", "sub/../../outside"])
+async def test_a_board_named_as_a_path_reads_no_file(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], board: str
+) -> None:
+    """A paired device reporting ``board.type`` as a path: no pack outside the folder is read or served."""
+    device = await mqtt_online(hub, client, reboots=True, board=board)
+    try:
+        await wait_entity(hass, ENTITY, lambda s: s.state == AS_BUILT)
+        with pytest.raises(HomeAssistantError, match="No default assets pack"):
+            await hub.wake_words.async_choose(hub.devices[MAC], "Hi ESP")
+        assert device.assets.downloads == []
+        assert await hub.wake_words.files.async_board_pack(frozenset({board})) is None
+    finally:
+        await device.drop()
+
+
+async def test_symlinked_files_are_refused(
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, wake_dir: Path
+) -> None:
+    """A model file linked to ``/proc/self/environ`` (st_size 0) or a pack linked elsewhere is never read."""
+    (wake_dir / "wn9_hiesp" / "wn9_data").unlink()
+    (wake_dir / "wn9_hiesp" / "wn9_data").symlink_to("/proc/self/environ")
+    with pytest.raises(HomeAssistantError, match="wn9_data is not a regular file"):
+        await choose(hass, "Hi ESP")
+    elsewhere = wake_dir.parent / "elsewhere.bin"
+    (wake_dir / f"{BOARD}.bin").rename(elsewhere)
+    (wake_dir / f"{BOARD}.bin").symlink_to(elsewhere)
+    assert await hub.wake_words.files.async_board_pack(frozenset({BOARD})) is None
+    assert device.assets.downloads == []

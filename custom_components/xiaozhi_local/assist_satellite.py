@@ -18,6 +18,7 @@ from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers.entity import EntityDescription
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
+from homeassistant.helpers.translation import async_get_cached_translations
 
 from .const import (
     DOMAIN,
@@ -27,12 +28,17 @@ from .errors import translated_error
 from .hub import XiaozhiConfigEntry
 from .satellite.listening import ListeningMixin
 from .satellite.playback import PlaybackMixin
+from .wake_word_files import ENGINE_WAKENET
+from .wake_words import AS_BUILT, Phase, WakeWords
 
 PARALLEL_UPDATES = 0
 
 ON_DEVICE_WAKE_WORD: Final = AssistSatelliteWakeWord(
     id="on_device", wake_word="你好小智 / Hi ESP", trained_languages=["zh", "en"]
 )
+
+AS_BUILT_STATE: Final = f"component.{DOMAIN}.entity.select.wake_word.state.{AS_BUILT}"
+"""The select's translated "As built", shown beside the board's own word in the voice settings."""
 
 SATELLITE = EntityDescription(key="assist_satellite", name=None)
 
@@ -92,14 +98,50 @@ class XiaozhiAssistSatellite(PlaybackMixin, ListeningMixin):
 
     @callback
     def async_get_configuration(self) -> AssistSatelliteConfiguration:
-        """One fixed on-device wake word."""
+        """The wake words Home Assistant's voice settings offer: those of the Wake word select.
+
+        A device that can change its WakeNet model (wake_words.py) lists "as built" and every
+        catalog model for its chip; choosing one there starts the same change as the select.
+        Others list the one word their firmware wakes on.
+        """
+        words = self._config_entry().runtime_data.wake_words
+        device = self.device
+        if not WakeWords.supported(device) or words.files.engine(device) != ENGINE_WAKENET:
+            fixed = ON_DEVICE_WAKE_WORD
+            if device.expected_wake_word:
+                fixed = AssistSatelliteWakeWord(id=fixed.id, wake_word=device.expected_wake_word, trained_languages=[])
+            return AssistSatelliteConfiguration(
+                available_wake_words=[fixed], active_wake_words=[fixed.id], max_active_wake_words=1
+            )
+        board = words.files.board_word(device)
+        cached = async_get_cached_translations(self.hass, self.hass.config.language, "entity", DOMAIN)
+        label = cached.get(AS_BUILT_STATE) or "As built"
+        built = f"{board.word} ({label})" if board is not None and board.word else label
+        available = [AssistSatelliteWakeWord(id=AS_BUILT, wake_word=built, trained_languages=[])]
+        available += [
+            AssistSatelliteWakeWord(id=model.name, wake_word=model.label, trained_languages=list(model.languages))
+            for model in words.offers(device)
+        ]
+        job = words.jobs.get(device.mac)
+        option = job.option if job is not None and job.phase not in (Phase.DONE, Phase.FAILED) else None
+        option = option or device.chosen_wake_word or AS_BUILT
+        active = AS_BUILT if option == AS_BUILT else words.model_of(device, option)
+        if all(word.id != active for word in available):  # a model of the local folder
+            available.append(AssistSatelliteWakeWord(id=active, wake_word=option, trained_languages=[]))
         return AssistSatelliteConfiguration(
-            available_wake_words=[ON_DEVICE_WAKE_WORD],
-            active_wake_words=[ON_DEVICE_WAKE_WORD.id],
-            max_active_wake_words=1,
+            available_wake_words=available, active_wake_words=[active], max_active_wake_words=1
         )
 
     async def async_set_configuration(self, config: AssistSatelliteConfiguration) -> None:
-        """The wake word lives in the firmware; nothing to change here."""
-        if config.active_wake_words not in ([], [ON_DEVICE_WAKE_WORD.id]):
+        """A wake word chosen in Home Assistant's voice settings: the same change as the Wake word select."""
+        current = self.async_get_configuration()
+        if not config.active_wake_words or config.active_wake_words == current.active_wake_words:
+            return  # the device always wakes on one word: none chosen changes nothing
+        if current.available_wake_words[0].id == ON_DEVICE_WAKE_WORD.id:
             raise translated_error("wake_word_fixed")
+        words = self._config_entry().runtime_data.wake_words
+        wanted = config.active_wake_words[0]
+        option = words.option_of(self.device, wanted)
+        if option is None:  # a model of the local folder, listed under its own name
+            option = next((w.wake_word for w in current.available_wake_words if w.id == wanted), wanted)
+        await words.async_choose(self.device, option)

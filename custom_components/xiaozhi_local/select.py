@@ -166,7 +166,7 @@ class XiaozhiWakeWordSelect(XiaozhiEntity, SelectEntity):
     @property
     def options(self) -> list[str]:
         """What fits the device's chip (and what it has now, if that came from a local folder)."""
-        offers = self.wake_words.offers(self.device)
+        offers = self.wake_words.options(self.device)
         chosen = self.device.chosen_wake_word
         return offers if chosen is None or chosen in offers else [*offers, chosen]
 
@@ -180,8 +180,10 @@ class XiaozhiWakeWordSelect(XiaozhiEntity, SelectEntity):
 
     @property
     def extra_state_attributes(self) -> dict[str, Any]:
-        """Where a change is (``phase``, ``progress`` in %), and why it failed (``error``)."""
-        return describe(self.wake_words.jobs.get(self.device.mac))
+        """Where a change is (``phase``, ``progress`` in %), why it failed (``error``), and the board's word."""
+        board = self.wake_words.files.board_word(self.device)
+        as_built = {"as_built_wake_word": board.word} if board is not None and board.word else {}
+        return {**as_built, **describe(self.wake_words.jobs.get(self.device.mac))}
 
     async def async_select_option(self, option: str) -> None:
         """Build, check and hand the pack to the device; it changes at its next restart (when idle)."""

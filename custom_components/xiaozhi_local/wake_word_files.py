@@ -5,114 +5,171 @@
   ``xiaozhi_firmware/`` (``<board>_<version>.bin``, a release's ``merged-binary.bin``).
 - **Models**: folders of esp-sr's ``model/wakenet_model/`` in ``xiaozhi_wake_words/``, or the cache
   of those downloaded from esp-sr on GitHub (only the catalog's, only when the user allows it).
-- ``CATALOG`` names the WakeNet models known to work, with their languages and WakeNet generation
-  (which says the chips), so the select offers them before any file is there.
+  ``wake_word_catalog.CATALOG`` pins every file of every model (size, SHA-256): a download is
+  kept only whole and matching, and a cached model is checked again before it is used.
+
+Files are found by listing their folder, never by a path made from a name a device reports; only
+regular files count (a symlink is refused, whatever it points at), and every read is capped by
+the bytes actually read, not by what ``stat`` says.
 """
 
 from collections.abc import Callable
 import contextlib
-from dataclasses import dataclass
+import hashlib
 import io
 import logging
 from pathlib import Path
+import secrets
+import shutil
+import stat
 from typing import Any, Final
 import zipfile
 
-from aiohttp import ClientError, ClientTimeout
+from aiohttp import ClientTimeout
 from homeassistant.core import HomeAssistant, callback
-from homeassistant.helpers.aiohttp_client import async_get_clientsession
 
 from .const import CONF_WAKE_WORD_MODELS, CONF_WAKE_WORD_MODELS_URL, DEFAULT_WAKE_WORD_MODELS_URL, DOMAIN
 from .device import XiaozhiDevice
 from .errors import translated_error
+from .firmware.fetch import async_read_whole
 from .firmware.files import SourceUnavailable, cache_name, split_name
-from .firmware.remote import MAX_UNZIPPED, ProjectReleases, async_download
-from .protocol.assets import AssetsError, pack_engine, pack_in_flash_image, parse_pack, wake_word_of
+from .firmware.remote import MAX_UNZIPPED, ZIP_ERRORS, ProjectReleases, async_download, zip_error
+from .protocol.assets import (
+    AssetsError,
+    PackWakeWord,
+    check_wakenet_model,
+    pack_engine,
+    pack_in_flash_image,
+    pack_wake_word,
+    parse_pack,
+)
 from .protocol.firmware import BoardFacts, parse_version, read_partition_table
+from .wake_word_catalog import CATALOG, WakeModel
 
 _LOGGER = logging.getLogger(__name__)
 
 FOLDER: Final = "xiaozhi_wake_words"
 MAX_MODEL_FILE: Final = 8 * 1024 * 1024
+MAX_MODEL_FILES: Final = 16
 MAX_PACK: Final = 32 * 1024 * 1024
-
-CHIPS_BY_GENERATION: Final = {
-    5: frozenset({"esp32"}),
-    8: frozenset({"esp32s3"}),
-    9: frozenset({"esp32s3", "esp32p4"}),
-}
-"""Which chips run a WakeNet generation (esp-sr's model table; WakeNet 10 is not offered yet)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WakeModel:
-    """A WakeNet model of esp-sr that the select can offer."""
-
-    name: str
-    """Its folder in esp-sr's ``model/wakenet_model/`` (and in ``xiaozhi_wake_words/``)."""
-    label: str
-    language: str
-    generation: int = 9
-
-
-CATALOG: Final = (
-    WakeModel("wn9_hiesp", "Hi ESP", "en"),
-    WakeModel("wn9_alexa", "Alexa", "en"),
-    WakeModel("wn9_heywillow_tts", "Hey Willow", "en"),
-    WakeModel("wn9_computer_tts", "Computer", "en"),
-    WakeModel("wn9_jarvis_tts", "Jarvis", "en"),
-    WakeModel("wn9_nihaoxiaozhi_tts", "你好小智", "zh"),
-    WakeModel("wn9_hilexin", "Hi 乐鑫", "zh"),
-    WakeModel("wn9_xiaoaitongxue", "小爱同学", "zh"),
-)
-
 
 ENGINE_WAKENET: Final = "wakenet"
 ENGINE_MULTINET: Final = "multinet"
-PHRASE_SEPARATOR: Final = "|"
+DOWNLOAD_TIMEOUT: Final = ClientTimeout(total=120.0, sock_read=30.0)
 
-MODEL_FILES: Final = ("_MODEL_INFO_", "wn9_data", "wn9_index")
-"""A WakeNet 9 model's files in esp-sr (some models have no ``wn9_index``)."""
-DOWNLOAD_TIMEOUT: Final = 120.0
+CATALOG_BY_NAME: Final = {model.name: model for model in CATALOG}
 
 
-def _write_model(folder: Path, files: dict[str, bytes]) -> None:
-    """Blocking: a downloaded model into the cache (whole files only: written, then renamed)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():
-        partial = folder / f"{name}.part"
-        partial.write_bytes(data)
-        partial.replace(folder / name)
+class FileRefused(Exception):
+    """A local file that is not read: a symlink, not a regular file, or larger than allowed."""
 
 
-def _model_folder(*candidates: Path) -> Path | None:
-    """Blocking: the first folder that holds a model (its ``_MODEL_INFO_``)."""
-    return next((path for path in candidates if (path / "_MODEL_INFO_").is_file()), None)
+def _entry(folder: Path, name: str) -> Path | None:
+    """Blocking: ``folder``'s entry called exactly ``name`` (listed, not joined: no ``..`` or ``/``)."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        return None
+    try:
+        return next((path for path in folder.iterdir() if path.name == name), None)
+    except OSError:
+        return None
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """Blocking: a regular file's bytes, at most ``limit`` (FileRefused otherwise; symlinks refused)."""
+    try:
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused(f"{path.name[:64]} is not a regular file (links are not followed)")
+        with path.open("rb", buffering=0) as stream:
+            data = stream.read(limit + 1)
+    except OSError as err:
+        raise FileRefused(f"{path.name[:64]} cannot be read: {err.strerror or err}") from None
+    if len(data) > limit:
+        raise FileRefused(f"{path.name[:64]} is larger than {limit} bytes")
+    return data
+
+
+def _is_folder(path: Path | None) -> bool:
+    """Blocking: a real folder (not a link to one)."""
+    try:
+        return path is not None and stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _model_folder(parent: Path, name: str) -> Path | None:
+    """Blocking: the real folder called ``name`` in ``parent`` that holds a model (its ``_MODEL_INFO_``)."""
+    folder = _entry(parent, name)
+    if folder is None or not _is_folder(folder) or _entry(folder, "_MODEL_INFO_") is None:
+        return None
+    return folder
 
 
 def _read_model(folder: Path) -> dict[str, bytes]:
-    """Blocking: a model folder's files (bounded)."""
+    """Blocking: a model folder's regular files (each at most ``MAX_MODEL_FILE``, at most 16)."""
     files: dict[str, bytes] = {}
-    for path in sorted(folder.iterdir()):
-        if path.is_file() and path.stat().st_size <= MAX_MODEL_FILE and len(files) < 16:
-            files[path.name] = path.read_bytes()
+    for path in sorted(folder.iterdir())[:MAX_MODEL_FILES]:
+        files[path.name] = read_regular(path, MAX_MODEL_FILE)
     return files
+
+
+def _matches(model: WakeModel, files: dict[str, bytes]) -> str | None:
+    """Why ``files`` are not esp-sr's ``model`` (None: every pinned file, of its size and digest)."""
+    for pin in model.files:
+        data = files.get(pin.name)
+        if data is None:
+            return f"{pin.name} is missing"
+        if len(data) != pin.size:
+            return f"{pin.name} has {len(data)} bytes, esp-sr's has {pin.size}"
+        if hashlib.sha256(data).hexdigest() != pin.sha256:
+            return f"{pin.name} differs from esp-sr's (SHA-256)"
+    return None
+
+
+def _write_model(cache: Path, name: str, files: dict[str, bytes]) -> None:
+    """Blocking: a downloaded model into the cache, all or nothing (a folder written, then renamed)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    partial = cache / f".{name}.{secrets.token_hex(4)}.part"
+    try:
+        partial.mkdir()
+        for file, data in files.items():
+            (partial / file).write_bytes(data)
+        final = cache / name
+        if final.exists() or final.is_symlink():
+            _remove(final)
+        partial.rename(final)
+    finally:
+        if partial.exists():
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    """Blocking: a cached model (or whatever is in its place) removed."""
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _read_pack(folder: Path, firmware: Path, names: frozenset[str]) -> bytes | None:
     """Blocking: the board's default pack, ``<board>.bin`` under any name the board goes by.
 
     Else the pack in the assets partition of a merged flash image of the board in the firmware
-    folder (``<board>_<version>.bin``, a release's ``merged-binary.bin``), the newest first.
+    folder (``<board>_<version>.bin``, a release's ``merged-binary.bin``), the newest first. The
+    names are looked up among the folder's entries: a board named ``../x`` or ``/etc/x`` finds none.
     """
+    listing = {path.name: path for path in folder.iterdir()} if folder.is_dir() else {}
     for name in sorted(names):
-        path = folder / f"{name}.bin"
-        if path.is_file() and path.stat().st_size <= MAX_PACK:
-            return path.read_bytes()
+        if (path := listing.get(f"{name}.bin")) is not None and "/" not in name:
+            with contextlib.suppress(FileRefused):
+                return read_regular(path, MAX_PACK)
     images = [
         (parse_version(parts[1]) or (), path)
-        for path in (firmware.glob("*.bin") if firmware.is_dir() else ())
-        if (parts := split_name(path.name)) is not None and parts[0] in names and path.is_file()
+        for path in (firmware.iterdir() if firmware.is_dir() else ())
+        if path.suffix == ".bin"
+        and (parts := split_name(path.name)) is not None
+        and parts[0] in names
+        and stat.S_ISREG(path.lstat().st_mode)
     ]
     for _version, path in sorted(images, reverse=True):
         with path.open("rb") as stream:
@@ -136,10 +193,13 @@ def _release_pack(download: Path) -> bytes:
             member = next((m for m in archive.infolist() if m.filename.endswith("merged-binary.bin")), None)
             if member is None or member.file_size > MAX_UNZIPPED:
                 raise AssetsError("no_pack", "the release zip holds no merged-binary.bin of a sane size")
-            image = archive.read(member)
-    except zipfile.BadZipFile as err:
-        raise AssetsError("no_pack", f"the release zip is damaged: {err}") from None
-    partitions = [(p.label, p.offset, p.size) for p in read_partition_table(io.BytesIO(image))]
+            with archive.open(member) as packed:
+                image = packed.read(MAX_UNZIPPED + 1)
+            if len(image) > MAX_UNZIPPED:
+                raise AssetsError("no_pack", "the release zip's merged-binary.bin is larger than it says")
+        partitions = [(p.label, p.offset, p.size) for p in read_partition_table(io.BytesIO(image))]
+    except ZIP_ERRORS as err:
+        raise AssetsError("no_pack", f"the release zip cannot be unpacked: {zip_error(err)}") from None
     return pack_in_flash_image(image, partitions)
 
 
@@ -152,7 +212,20 @@ def _keep(path: Path, data: bytes) -> None:
 
 
 def _read_kept(path: Path) -> bytes | None:
-    return path.read_bytes() if path.is_file() else None
+    try:
+        return read_regular(path, MAX_PACK) if path.exists() else None
+    except FileRefused:
+        return None
+
+
+def _learn(pack: bytes | None) -> tuple[str, PackWakeWord | None]:
+    """Blocking: the engine a board's pack is built for, and what it wakes on (if it says)."""
+    if pack is None:
+        return ENGINE_WAKENET, None
+    with contextlib.suppress(AssetsError):
+        files = parse_pack(pack)
+        return pack_engine(files) or ENGINE_WAKENET, pack_wake_word(files)
+    return ENGINE_WAKENET, None
 
 
 class WakeWordFiles:
@@ -174,6 +247,7 @@ class WakeWordFiles:
         self.download_from: str | None = None
         """Where the catalog's models are downloaded from (esp-sr on GitHub); None: never."""
         self._engines: dict[frozenset[str], str] = {}  # by the names of a board: what its pack is built for
+        self._words: dict[frozenset[str], PackWakeWord | None] = {}  # by the names of a board: what it wakes on
         self._learning: set[frozenset[str]] = set()
 
     async def async_board_pack(self, names: frozenset[str]) -> bytes | None:
@@ -218,39 +292,62 @@ class WakeWordFiles:
         url = (options.get(CONF_WAKE_WORD_MODELS_URL) or "").strip() or DEFAULT_WAKE_WORD_MODELS_URL
         self.download_from = url.rstrip("/") if options.get(CONF_WAKE_WORD_MODELS) else None
 
-    async def async_model(self, name: str, *, known: bool) -> dict[str, bytes]:
-        """A model's files: from the local folder, the cache, or (a catalog model, if allowed) esp-sr."""
-        found = await self.hass.async_add_executor_job(_model_folder, self.folder / name, self.cache / name)
-        if found is not None:
-            return await self.hass.async_add_executor_job(_read_model, found)
-        if not known or self.download_from is None:
+    async def async_model(self, name: str, chip: str) -> dict[str, bytes]:
+        """A model's files for a device with ``chip``, checked.
+
+        From the local folder (the user's own files, taken as they are), else the cache or esp-sr
+        (a catalog model only, every file matching its pin). A catalog model that does not run on
+        ``chip`` is refused before anything is downloaded or cached.
+        """
+        try:
+            local = await self.hass.async_add_executor_job(_model_folder, self.folder, name)
+            if local is not None:
+                return await self.hass.async_add_executor_job(_read_model, local)
+        except FileRefused as err:
+            raise translated_error("wake_word_download", model=name[:64], reason=str(err)) from None
+        model = CATALOG_BY_NAME.get(name)
+        if model is None:
+            raise translated_error("wake_word_no_model", model=name[:64], folder=FOLDER)
+        if chip.lower() not in model.chips:
+            raise translated_error("wake_word_chip", model=name, chip=chip)
+        if (kept := await self.hass.async_add_executor_job(self._read_cached, model)) is not None:
+            return kept
+        if self.download_from is None:
             raise translated_error("wake_word_no_model", model=name, folder=FOLDER)
-        session = async_get_clientsession(self.hass)
         files: dict[str, bytes] = {}
         try:
-            for file in MODEL_FILES:
-                async with session.get(
-                    f"{self.download_from}/{name}/{file}",
-                    timeout=ClientTimeout(total=DOWNLOAD_TIMEOUT),
-                    allow_redirects=False,
-                ) as response:
-                    if response.status == 404 and file != MODEL_FILES[0]:
-                        continue  # not every model has every file
-                    if response.status != 200:
-                        raise translated_error("wake_word_download", model=name, reason=f"HTTP {response.status}")
-                    data = await response.content.read(MAX_MODEL_FILE + 1)
-                    if len(data) > MAX_MODEL_FILE:
-                        raise translated_error("wake_word_download", model=name, reason=f"{file} is too large")
-                    files[file] = data
-        except (ClientError, TimeoutError) as err:
-            raise translated_error("wake_word_download", model=name, reason=str(err) or type(err).__name__) from None
+            for pin in model.files:
+                url = f"{self.download_from}/{name}/{pin.name}"
+                files[pin.name] = await async_read_whole(
+                    self.hass, url, limit=pin.size, timeout=DOWNLOAD_TIMEOUT, expected=pin.size
+                )
+        except SourceUnavailable as err:
+            raise translated_error("wake_word_download", model=name, reason=str(err)) from None
+        if (why := await self.hass.async_add_executor_job(_matches, model, files)) is not None:
+            raise translated_error("wake_word_download", model=name, reason=why)
         try:
-            wake_word_of(files)
+            check_wakenet_model(files)
         except AssetsError as err:
             raise translated_error("wake_word_download", model=name, reason=err.detail) from None
-        await self.hass.async_add_executor_job(_write_model, self.cache / name, files)
+        await self.hass.async_add_executor_job(_write_model, self.cache, name, files)
         _LOGGER.info("Downloaded the wake word model %s (%d bytes)", name, sum(map(len, files.values())))
         return files
+
+    def _read_cached(self, model: WakeModel) -> dict[str, bytes] | None:
+        """Blocking: a cached catalog model, if it is still esp-sr's; a changed one is removed."""
+        folder = _model_folder(self.cache, model.name)
+        if folder is None:
+            return None
+        try:
+            files = _read_model(folder)
+        except FileRefused as err:
+            why: str | None = str(err)
+        else:
+            if (why := _matches(model, files)) is None:
+                return files
+        _LOGGER.warning("The cached wake word model %s is not esp-sr's (%s): it is downloaded again", model.name, why)
+        _remove(folder)
+        return None
 
     @callback
     def engine(self, device: XiaozhiDevice) -> str | None:
@@ -272,14 +369,15 @@ class WakeWordFiles:
             )
         return None
 
+    @callback
+    def board_word(self, device: XiaozhiDevice) -> PackWakeWord | None:
+        """What the board's default pack wakes on (model and word), once read (``engine``)."""
+        return self._words.get(device.facts.names) if device.facts is not None else None
+
     async def _async_learn(self, device: XiaozhiDevice, key: frozenset[str]) -> None:
         try:
             base = await self.async_board_pack(key)
-            engine = ENGINE_WAKENET
-            if base is not None:
-                with contextlib.suppress(AssetsError):
-                    engine = pack_engine(parse_pack(base)) or ENGINE_WAKENET
-            self._engines[key] = engine
+            self._engines[key], self._words[key] = await self.hass.async_add_executor_job(_learn, base)
         finally:
             self._learning.discard(key)
         device.async_changed()

@@ -10,8 +10,9 @@ first ``listen detect`` it sends says whether it wakes on the new word.
 What is needed comes from ``<config>/xiaozhi_wake_words/``: a folder per ESP-SR WakeNet model
 (``wn9_hiesp/`` with ``_MODEL_INFO_``, ``wn9_data``, ``wn9_index``, as in esp-sr's
 ``model/wakenet_model/``) and the board's default pack, ``<board>.bin`` (the firmware build's
-``generated_assets.bin``, renamed after the board). ``CATALOG`` names the models known to work,
-with their chips, so the select offers them before any file is there.
+``generated_assets.bin``, renamed after the board). ``wake_word_catalog.CATALOG`` names esp-sr's
+models with their chips and languages, so the select and Home Assistant's voice settings offer
+them before any file is there.
 """
 
 import asyncio
@@ -35,18 +36,10 @@ from .const import (
 from .device import XiaozhiDevice
 from .errors import translated_error
 from .firmware.server import DownloadInterrupted, Sending
-from .protocol.assets import (
-    HEADER,
-    AssetsError,
-    check_pack,
-    pack_engine,
-    parse_pack,
-    wakenet_generation,
-    with_wake_phrase,
-    with_wakenet,
-)
+from .protocol.assets import HEADER, AssetsError, check_pack, pack_engine, parse_pack, with_wake_phrase, with_wakenet
 from .protocol.mcp import McpError
-from .wake_word_files import CATALOG, CHIPS_BY_GENERATION, ENGINE_MULTINET, FOLDER, WakeWordFiles
+from .wake_word_catalog import CATALOG, WakeModel, chips_of
+from .wake_word_files import ENGINE_MULTINET, FOLDER, WakeWordFiles
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -58,6 +51,8 @@ IDLE_WAIT: Final = 3600.0
 """Seconds to wait for the device's conversation to end before the change is given up."""
 BOOT_WAIT: Final = 600.0
 """Seconds from the restart until the device has fetched its pack and is back."""
+MAX_ERROR: Final = 500
+"""Characters of an error shown on the entity at most (a state's attributes go to the recorder)."""
 PHRASE_SEPARATOR: Final = "|"
 """Between the phrase a MultiNet board listens for and the text it shows: ``ni hao xiao ming|你好小明``."""
 
@@ -82,6 +77,8 @@ class WakeWordJob:
     word: str | None
     """What the device should send as ``listen detect`` text once the pack is in."""
     pack: bytes
+    before: str | None = None
+    """What the device woke on before (its old pack's word): hearing it after the restart fails the change."""
     phase: Phase = Phase.WAITING
     progress: int = 0
     error: str | None = None
@@ -109,11 +106,37 @@ class WakeWords:
         self.jobs: dict[str, WakeWordJob] = {}  # by MAC
         self._urls: dict[str, tuple[WakeWordJob, float]] = {}
 
-    @staticmethod
-    def offers(device: XiaozhiDevice) -> list[str]:
-        """What the select offers a device: ``as_built`` and the catalog's models for its chip."""
+    def offers(self, device: XiaozhiDevice) -> list[WakeModel]:
+        """The catalog's models for the device's chip: the board's own first, then Home Assistant's language."""
         chip = device.facts.chip.lower() if device.facts is not None else ""
-        return [AS_BUILT] + [model.label for model in CATALOG if chip in CHIPS_BY_GENERATION.get(model.generation, ())]
+        board = self.files.board_word(device)
+        language = self.hass.config.language.split("-")[0].lower()
+        languages = ["en", "zh", "fr", "ja"]
+
+        def rank(model: WakeModel) -> tuple[int, int, str]:
+            own = board is not None and model.name == board.model
+            first = language if language in model.languages else model.languages[0]
+            group = languages.index(first) if first in languages else len(languages)
+            return (0 if own else 1 if language in model.languages else 2, group, model.label.casefold())
+
+        return sorted((model for model in CATALOG if chip in model.chips), key=rank)
+
+    def options(self, device: XiaozhiDevice) -> list[str]:
+        """What the select offers a device: ``as_built`` and the catalog's models for its chip, in order."""
+        return [AS_BUILT, *(model.label for model in self.offers(device))]
+
+    def model_of(self, device: XiaozhiDevice, option: str) -> str:
+        """The model folder an option names: a catalog label for the device's chip, else the folder itself."""
+        chip = device.facts.chip.lower() if device.facts is not None else ""
+        model = next((m for m in CATALOG if m.label == option and chip in m.chips), None)
+        model = model or next((m for m in CATALOG if m.label == option), None)
+        return model.name if model is not None else option
+
+    def option_of(self, device: XiaozhiDevice, model_id: str) -> str | None:
+        """The select's option for a model folder (Home Assistant's voice settings name models by folder)."""
+        if model_id == AS_BUILT:
+            return AS_BUILT
+        return next((m.label for m in self.offers(device) if m.name == model_id), None)
 
     @staticmethod
     def supported(device: XiaozhiDevice) -> bool:
@@ -132,27 +155,22 @@ class WakeWords:
         base = await self.files.async_board_pack(facts.names) or await self.files.async_release_pack(facts)
         if base is None:
             raise translated_error("wake_word_no_pack", board=facts.board_name or facts.board, folder=FOLDER)
+        name, files = None, None
+        if option != AS_BUILT and await self.hass.async_add_executor_job(_engine, base) != ENGINE_MULTINET:
+            name = self.model_of(device, option)
+            if not name.startswith("wn") or "/" in name or name.startswith(".") or len(name) > 31:
+                raise translated_error("wake_word_no_model", model=name[:64], folder=FOLDER)
+            if facts.chip.lower() not in chips_of(name):
+                raise translated_error("wake_word_chip", model=name, chip=facts.chip)
+            files = await self.files.async_model(name, facts.chip)
         try:
-            if option == AS_BUILT:
-                pack = base
-            elif pack_engine(parse_pack(base)) == ENGINE_MULTINET:
-                command, _, text = option.partition(PHRASE_SEPARATOR)
-                pack = with_wake_phrase(base, command, text or command)
-            else:
-                model = next((m for m in CATALOG if m.label == option), None)
-                name = model.name if model is not None else option
-                if not name.startswith("wn") or "/" in name or name.startswith("."):
-                    raise translated_error("wake_word_no_model", model=name, folder=FOLDER)
-                files = await self.files.async_model(name, known=model is not None)
-                generation = wakenet_generation(files)
-                if facts.chip.lower() not in CHIPS_BY_GENERATION.get(generation or 0, ()):
-                    raise translated_error("wake_word_chip", model=name, chip=facts.chip)
-                pack = with_wakenet(base, name, files)  # refuses a model that names no wake word
-            found = check_pack(pack, facts.assets_size)
+            pack, word, before = await self.hass.async_add_executor_job(
+                _make_pack, base, option, name, files, facts.assets_size
+            )
         except AssetsError as err:
             raise translated_error("wake_word_refused", device=device.name, reason=err.detail) from None
         self.async_cancel(device)
-        job = WakeWordJob(device, option, found.word, pack, cause=cause)
+        job = WakeWordJob(device, option, word, pack, before=device.expected_wake_word or before, cause=cause)
         token = secrets.token_urlsafe(24)
         self._urls[token] = (job, self.hass.loop.time() + URL_LIFETIME)
         job.url = self._url_of(token)
@@ -173,6 +191,7 @@ class WakeWords:
         _LOGGER.info(
             "%s: wake word %s is ready for it (%d bytes); restarting it when idle", device.name, option, len(pack)
         )
+        device.async_changed()  # the select and the voice settings show the change under way
 
     @callback
     def async_cancel(self, device: XiaozhiDevice) -> None:
@@ -255,10 +274,15 @@ class WakeWords:
         device.async_set_wake_word(None if job.option == AS_BUILT else job.option, job.word)
         await self._async_wait(job, lambda: device.heard_wake_words != heard_before, None)
         heard = device.last_wake_word
-        if job.word is not None and heard != job.word:
-            self.async_fail(job, f"the device woke on {heard!r}, not on {job.word!r}")
-            return
-        job.phase = Phase.DONE
+        if job.word is not None and not same_word(heard, job.word):
+            if heard is None or job.before is None or same_word(heard, job.before):
+                self.async_fail(job, f"the device woke on {heard!r}, not on {job.word!r}")
+                return
+            # Not its old word: the device's own report is the truth (esp-sr names words in a binary library).
+            _LOGGER.debug("%s: the new model reports %r where its _MODEL_INFO_ says %r", device.name, heard, job.word)
+            job.word = heard
+            device.async_set_wake_word(None if job.option == AS_BUILT else job.option, heard)
+        job.phase, job.progress = Phase.DONE, 100
         device.async_changed()
 
     async def _async_restore(self, job: WakeWordJob) -> None:
@@ -336,4 +360,47 @@ def describe(job: WakeWordJob | None) -> dict[str, Any]:
     if job is None:
         return {}
     error = job.error or (f"restoring the previous wake word: {job.cause}" if job.cause else None)
-    return {"phase": job.phase.value, "progress": job.progress, "error": error}
+    progress = 100 if job.phase is Phase.DONE else job.progress
+    return {"phase": job.phase.value, "progress": progress, "error": error[:MAX_ERROR] if error else None}
+
+
+def same_word(heard: str | None, expected: str) -> bool:
+    """Whether a reported wake word is the expected one (case, spaces and punctuation aside; ``or`` alternatives)."""
+    if heard is None:
+        return False
+    return bool(_spellings(heard) & _spellings(expected))
+
+
+def _spellings(word: str) -> set[str]:
+    """``Hi,Lily or Hi,莉莉`` → ``hilily``, ``hi莉莉`` and the whole; ``小滨小滨,小冰小冰`` → each half too."""
+    parts = [word, *word.split(" or ")]
+    if not any(ch.isascii() and ch.isalpha() for ch in word):
+        parts += word.split(",")
+    return {key for part in parts if (key := "".join(ch for ch in part.casefold() if ch.isalnum()))}
+
+
+def _engine(base: bytes) -> str | None:
+    """Blocking: the engine the board's pack is built for (None: a pack that cannot be read)."""
+    try:
+        return pack_engine(parse_pack(base))
+    except AssetsError:
+        return None
+
+
+def _make_pack(
+    base: bytes, option: str, name: str | None, files: dict[str, bytes] | None, partition: int
+) -> tuple[bytes, str | None, str | None]:
+    """Blocking: the new pack, the word it wakes on, and the word the base pack wakes on.
+
+    AssetsError when the device would refuse it (format, checksum, partition size, model).
+    """
+    before = check_pack(base, max(partition, len(base))).word if partition > 0 else None
+    if option == AS_BUILT:
+        pack = base
+    elif name is None:
+        command, _, text = option.partition(PHRASE_SEPARATOR)
+        pack = with_wake_phrase(base, command, text or command)
+    else:
+        assert files is not None
+        pack = with_wakenet(base, name, files)
+    return pack, check_pack(pack, partition).word, before
