@@ -39,16 +39,16 @@ _LOGGER = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT: Final = 10.0
 """Seconds a new TCP connection has to send its CONNECT."""
-SILENT_GRACE: Final = 1.0
-"""Seconds a connection without CONNECT keeps its place when the table is full of single ones."""
 MAX_UNAUTHENTICATED: Final = 1024
 """Connections at once that have not yet sent a valid CONNECT. A new one past it takes the place
 of the oldest one of the source that holds the most: a flood crowds out itself, not a device."""
 MAX_UNAUTHENTICATED_PER_ADDRESS: Final = 128
 """The same from one source (an IPv4 address, an IPv6 /64: one host has many addresses in it).
-Devices connect at once after a power cut, each from its own address. Past it the source's oldest
-silent connection gives way to the new one: devices behind the same NAT or in the same /64 as a
-flooding host still get in."""
+Behind a NAT, in one /64, or through Docker's published ports every device of a home arrives from
+one source: that is the normal case. Past the bound the source's oldest connection that has not
+sent its whole CONNECT gives way to the new one, whatever its age: a device sends its CONNECT
+within milliseconds of connecting, so a host that keeps reopening sockets only ever pushes out
+its own, however fast it reopens. A connection whose CONNECT has arrived is never pushed out."""
 FAILED_LOGINS: Final = 5
 """Wrong credentials from one address before its further wrong ones are answered slowly, for
 ``LOCKOUT`` s. Right credentials are never refused: the neighbours behind the same NAT guess."""
@@ -103,6 +103,7 @@ class MqttEndpoint:
         # Connected, no valid CONNECT yet: by source, and all of them, oldest first (dicts keep order).
         self._pending: dict[str, dict[asyncio.StreamWriter, None]] = {}
         self._pending_since: dict[asyncio.StreamWriter, tuple[float, str]] = {}
+        self._connect_read: set[asyncio.StreamWriter] = set()  # pending, but their CONNECT has arrived
         self._failures = Strikes(LOCKOUT, 1024, clock=hass.loop.time)  # wrong credentials by address
         self._recent_guesses = SlidingWindow(4 * MAX_UNAUTHENTICATED, 60.0, clock=hass.loop.time)  # from anywhere
         self.log = OnceLogger("mqtt", _LOGGER)
@@ -216,40 +217,44 @@ class MqttEndpoint:
         """Room for a new connection from ``source``: False when it may not have one now.
 
         Past the global bound the oldest connection of the source that holds the most goes (a
-        flood crowds out itself), or, when every source holds as few, the oldest of all if it
-        has been silent for a while (a device sends its CONNECT right after connecting).
+        flood crowds out itself), or, when every source holds as few, the oldest of all; never
+        one whose CONNECT has arrived.
         """
         if self.pending_count < MAX_UNAUTHENTICATED:
             return True
         busiest = max(self._pending, key=lambda key: len(self._pending[key]))
         if busiest != source and len(self._pending[busiest]) > len(self._pending.get(source, {})) + 1:
-            victim = next(iter(self._pending[busiest]))
+            victim = self._silent(self._pending[busiest])
         else:
-            victim = next(iter(self._pending_since))
-            if self.hass.loop.time() - self._pending_since[victim][0] < SILENT_GRACE:
-                return False
-        self._forget_pending(victim)
-        victim.transport.abort()
-        return True
+            victim = self._silent(self._pending_since)
+        return self._push_out(victim)
 
     def _room_in_source(self, source: str) -> bool:
         """Room for one more connection from ``source`` (an address, or an IPv6 /64: a whole LAN).
 
-        Past its bound the source's oldest connection goes, once it has been silent for a while
-        (a device sends its CONNECT right after connecting): one host holding idle sockets cannot
-        lock out the other devices of its LAN or NAT, whose connection is always the newest.
+        Past its bound the source's oldest connection without a CONNECT goes, whatever its age: one
+        host holding or reopening idle sockets cannot lock out the other devices of its LAN, NAT or
+        Docker host, whose connection is always the newest and sends its CONNECT at once.
         """
         writers = self._pending.get(source, {})
         if len(writers) < MAX_UNAUTHENTICATED_PER_ADDRESS:
             return True
-        oldest = next(iter(writers))
-        if self.hass.loop.time() - self._pending_since[oldest][0] < SILENT_GRACE:
-            return False  # all of them just came: a burst crowds out itself
-        self._forget_pending(oldest)
-        oldest.transport.abort()
+        return self._push_out(self._silent(writers))
+
+    def _silent(self, writers: dict[asyncio.StreamWriter, Any]) -> asyncio.StreamWriter | None:
+        """The oldest of ``writers`` whose CONNECT has not arrived."""
+        return next((writer for writer in writers if writer not in self._connect_read), None)
+
+    def _push_out(self, victim: asyncio.StreamWriter | None) -> bool:
+        """Close ``victim`` to make room; False when there is none (every one has sent its CONNECT)."""
+        if victim is None:
+            return False
+        self._forget_pending(victim)
+        victim.transport.abort()
         return True
 
     def _forget_pending(self, writer: asyncio.StreamWriter) -> None:
+        self._connect_read.discard(writer)
         _since, source = self._pending_since.pop(writer, (0.0, ""))
         writers = self._pending.get(source)
         if writers is None or writer not in writers:
@@ -302,6 +307,7 @@ class MqttEndpoint:
                 received += len(data)
                 for packet in decoder.feed(data):
                     first = packet
+                    self._connect_read.add(writer)  # from now on it is never pushed out for a newcomer
                     break
         if first.type != codec.PacketType.CONNECT:
             raise codec.MqttError("before_connect", f"packet type {first.type} before CONNECT")
