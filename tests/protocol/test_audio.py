@@ -338,3 +338,27 @@ def test_ogg_opus_without_audio_is_a_valid_empty_stream() -> None:
     assert data[last + 5] == 0x04  # end of stream
     assert data[last + 26] == 0  # no segments: no packet
     assert struct.unpack_from("<q", data, last + 6)[0] == 0  # granule: nothing to play
+
+
+def test_encoding_starts_no_native_threads() -> None:
+    """PyAV's ``encode`` passes each frame through a resampler whose filter graph starts a thread per
+    core, alive until a cyclic garbage collection: 8,000 pairing sessions once left 1,600 threads.
+    Whole frames go straight to libopus: encoders made and dropped leave no thread behind."""
+    import gc
+    import os
+
+    def threads() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    gc.collect()
+    gc.disable()
+    try:
+        before = threads()
+        for _ in range(50):
+            encoder = OpusEncoder(24000)
+            assert len(encoder.encode(tone(0.3, 24000))) == 5
+            assert encoder.finish()
+            del encoder
+        assert threads() == before
+    finally:
+        gc.enable()

@@ -203,8 +203,14 @@ class OpusEncoder:
         frame.sample_rate = self.sample_rate
         frame.pts = self._pts
         self._pts += samples
+        # A whole frame goes straight to libopus. ``encode`` would first pass it through a resampler
+        # whose filter graph starts a thread per core that lives until a cyclic garbage collection.
+        send = getattr(self._encoder, "_send_frame_and_recv", None)
         try:
-            return [bytes(p) for p in self._encoder.encode(frame)]
+            packets = (
+                send(frame) if send is not None and samples == self._encoder.frame_size else self._encoder.encode(frame)
+            )
+            return [bytes(p) for p in packets]
         except (av.FFmpegError, ValueError) as err:
             raise AudioError(f"cannot encode: {err}") from None
 
