@@ -253,6 +253,40 @@ async def test_pairing_sessions_leave_nothing_behind(
     nothing_grew(baseline)
 
 
+@pytest.mark.usefixtures(no_cyclic_gc.__name__)
+async def test_pairing_sessions_eight_at_a_time_leave_no_thread_behind(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, client: TestClient[Any, Any]
+) -> None:
+    """Eight strangers at once (the most that run) ask again and again to be told their codes: each
+    round encodes eight speeches at once, more than the encoders kept idle. With the collector off,
+    threads stay where they were (encoders start none), and so do tasks and descriptors."""
+    tokens: list[tuple[str, str]] = []
+    for index in range(8):
+        mac = f"aa:bb:cc:00:12:{index:02x}"
+        headers = {"Device-Id": mac, "Client-Id": CLIENT_ID, "Content-Type": "application/json"}
+        resp = await client.post("/api/xiaozhi_local/ota/", data=json.dumps({"version": 2}), headers=headers)
+        tokens.append((mac, (await resp.json())["websocket"]["token"]))
+
+    async def told(mac: str, token: str) -> bool:
+        sdk = SimulatedDevice(
+            SimulatorOptions(url=ws_url(client), token=token, mac=mac, client_id=CLIENT_ID, flavor="xiaozhi-sdk")
+        )
+        try:
+            await sdk.connect()
+            await sdk.wait_closed()
+            return bool(sdk.audio)
+        finally:
+            await sdk.drop()
+
+    baseline: dict[str, int] | None = None
+    for round_ in range(6):
+        assert all(await asyncio.gather(*(told(mac, token) for mac, token in tokens)))
+        await hass.async_block_till_done(wait_background_tasks=True)
+        if round_ == 1:
+            baseline = resources()
+    nothing_grew(baseline)
+
+
 async def test_idle_announcements_by_notify_leave_nothing_behind(
     hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, client: TestClient[Any, Any]
 ) -> None:

@@ -103,7 +103,9 @@ async def async_speak(
                 await pacer.feed(pcm)
             shown = await _show_sentences(connection, text, shown, math.inf)
             await pacer.finish()  # returns once the device has played it all
-    except (ConnectionError, AudioError, MediaUnreadable, HomeAssistantError) as err:
+    except ConnectionError as err:  # the device went away (or a pairing session was replaced): normal
+        _LOGGER.debug("Device %s: speech stopped: %s", connection.device.mac, err)
+    except (AudioError, MediaUnreadable, HomeAssistantError) as err:
         _LOGGER.warning("Device %s: speech stopped: %s", connection.device.mac, err)
     finally:
         if isinstance(source, AsyncGenerator):
