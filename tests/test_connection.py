@@ -108,6 +108,7 @@ async def test_browser_client_query_parameters(hass: HomeAssistant, client: Test
 async def test_auth_refused(
     hass: HomeAssistant, client: TestClient[Any, Any], hdrs: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, "custom_components.xiaozhi_local")
     resp = await client.get(
         WS_PATH,
         headers={
@@ -119,8 +120,23 @@ async def test_auth_refused(
         },
     )
     assert resp.status == 401
-    assert "Refused device" in caplog.text or "Refused a device request" in caplog.text  # no token / a guess
+    assert "refused device" in caplog.text.lower() or "refused a device request" in caplog.text.lower()
     assert hub_device(hass).connection is None
+
+
+async def test_refused_guesses_leave_the_warning_to_home_assistant(
+    client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Home Assistant warns of each failed login itself: ours says it once an hour, counts the rest."""
+    from custom_components.xiaozhi_local.http import GUESSES
+
+    before = GUESSES.counts["guess"]
+    for index in range(20):
+        resp = await client.get(WS_PATH, headers=headers(mac=f"cc:ba:97:00:01:{index:02x}", token="guess"))
+        assert resp.status == 401
+    assert GUESSES.counts["guess"] == before + 20
+    ours = [r for r in caplog.records if r.name.startswith("custom_components.xiaozhi_local")]
+    assert len([r for r in ours if r.levelno >= logging.WARNING]) <= 1
 
 
 async def test_auth_failures_go_through_ip_ban(
@@ -317,6 +333,28 @@ async def test_unload_closes_sessions_and_endpoint_goes_inert(
     await device.wait_closed()
     resp = await client.get(WS_PATH, headers=headers())
     assert resp.status == 404
+
+
+async def test_an_unload_that_fails_keeps_the_hub_reachable(
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    make_device: DeviceFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A platform that fails to unload leaves the entry loaded: its devices still get in."""
+    from custom_components.xiaozhi_local import async_unload_entry
+    from custom_components.xiaozhi_local.hub import DATA_HUB
+
+    async def refuse(*_args: Any) -> bool:
+        return False
+
+    with monkeypatch.context() as patched:
+        patched.setattr(hass.config_entries, "async_unload_platforms", refuse)
+        assert not await async_unload_entry(hass, setup_integration)
+    assert hass.data[DATA_HUB] is setup_integration.runtime_data
+    device = await make_device()  # the WebSocket view still finds the hub
+    await hub_device(hass).async_wait_ready(5)
+    assert device.session_id
 
 
 async def test_subentries_added_changed_removed_at_runtime(

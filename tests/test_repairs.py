@@ -77,6 +77,21 @@ async def test_wrong_token_repeated(
     assert issue(hass, issue_id) is None
 
 
+async def test_wrong_tokens_while_the_device_is_connected_raise_no_repair(
+    hass: HomeAssistant, client: TestClient[Any, Any]
+) -> None:
+    """A stranger naming a connected device's MAC: its real connection holds, no advice to cut it off."""
+    issue_id = f"{repairs.ISSUE_WRONG_TOKEN}_{MAC}"
+    async with client.ws_connect(WS_PATH, headers={"Authorization": f"Bearer {TOKEN}", "Device-Id": MAC}) as ws:
+        await ws.send_str('{"type":"hello"}')
+        await ws.receive()
+        for _ in range(repairs.WRONG_TOKEN_LIMIT * 2):
+            resp = await client.get(WS_PATH, headers={"Authorization": "Bearer guess", "Device-Id": MAC})
+            assert resp.status == 401
+        await hass.async_block_till_done()
+        assert issue(hass, issue_id) is None
+
+
 async def test_a_removed_device_leaves_no_repair_behind(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
 ) -> None:

@@ -94,7 +94,7 @@ class Admission:
         device = self._devices.get(mac)
         if device is None and self.accept_without_code:
             if self._allow_new_device():
-                _LOGGER.warning("Pairing %s without a code (the hub accepts new devices without one)", mac)
+                _LOGGER.info("Pairing %s without a code (the hub accepts new devices without one)", mac)
                 return self.async_pair(mac, None, report.identity)
             self._log_pairing_cap(mac)
         if device is not None and report.identity.proves(device.identity):
@@ -132,7 +132,7 @@ class Admission:
         if not self._allow_new_device():
             self._log_pairing_cap(device_id[:64])
             return Refused.CAPPED
-        _LOGGER.warning(
+        _LOGGER.info(
             "Pairing %s (%s) without a code or token (the hub accepts new devices without one)", device_id[:64], mac
         )
         return self.async_pair(mac, device_id[:64], Identity(client_id), open_=True)
@@ -251,7 +251,8 @@ class Admission:
         if device is None or (refusal is Refused.PENDING and not matches):
             return refusal  # an identity still waiting for its code (a paired MAC's new one too)
         if not matches or not token:
-            device.refused_tokens += 1
+            if device.connection is None:  # while it is connected with its right token, a stranger guesses
+                device.refused_tokens += 1
             # The bookkeeping after the answer: refusing a paired MAC's wrong token costs what
             # refusing an unknown MAC does, so its timing tells nobody what is paired.
             self.hass.loop.call_soon(self._async_token_refused, device, refusal, device.refused_tokens)
@@ -266,6 +267,10 @@ class Admission:
         """Logged once per kind (diagnostics count them all), and the repair told."""
         why = {Refused.EARLIER: "a token it had before", Refused.NO_TOKEN: "no token"}.get(refusal, "a wrong token")
         device.log.report(f"token_{refusal}", f"refused a connection with {why}")
+        if device.connection is not None:
+            # The device is connected with its right token: whoever presents a wrong one is not the
+            # device, and the repair's advice (a new token) would cut the real one off.
+            return
         async_wrong_token(self.hass, device.mac, device.name, in_a_row)
 
 

@@ -16,6 +16,7 @@ from homeassistant.helpers import device_registry as dr
 from .const import CONF_SERIAL, DOMAIN
 from .device import XiaozhiDevice
 from .firmware.installer import FirmwareUpdates
+from .http import GUESSES
 from .hub import XiaozhiConfigEntry
 from .urls import ota_url
 
@@ -98,6 +99,7 @@ async def async_get_config_entry_diagnostics(hass: HomeAssistant, entry: Xiaozhi
         "pending_pairings": len(hub.admission.pairing),
         "pending_pairings_of_paired_macs": sum(bool(hub.admission.pairing.for_mac(mac)) for mac in hub.devices),
         "open_connections": len(hub.connections),
+        "refused_guesses": GUESSES.counts["guess"],
         "mqtt": None
         if hub.mqtt is None
         else {

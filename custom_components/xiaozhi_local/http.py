@@ -2,6 +2,7 @@
 
 from collections.abc import Awaitable, Callable
 import logging
+from typing import Final
 
 from aiohttp import web
 from aiohttp.web_exceptions import HTTPNotFound, HTTPServiceUnavailable
@@ -15,6 +16,7 @@ from .device import XiaozhiDevice
 from .hub import async_get_hub
 from .link import ClientInfo, DeviceLink
 from .pairing_session import async_run_pairing_session
+from .protocol.logs import OnceLogger
 from .protocol.messages import PROTOCOL_VERSIONS, normalize_mac
 from .urls import vision_url
 from .websocket import CLOSE_TIMEOUT, WebSocketChannel
@@ -103,6 +105,10 @@ SECRET_QUERY_KEYS = ("auth", "token", "key", "secret", "password")
 """Query parameters whose values never reach the log (browser clients authenticate in the query)."""
 
 
+GUESSES: Final = OnceLogger("", _LOGGER, again_after=3600.0)
+"""Refused guesses at the device endpoints (a token or Device-Id that is no paired device's)."""
+
+
 def _unauthorized() -> web.Response:
     """The same answer as HTTPUnauthorized's, for every refusal: it says nothing about the device."""
     return web.Response(status=401, text="401: Unauthorized")
@@ -132,11 +138,12 @@ async def async_refuse(request: web.Request, why: Refused, mac: str | None) -> w
             request.path,
         )
         return _unauthorized()
-    _LOGGER.warning(
-        "Refused a device request to %s from %s: %s",
-        request.path,
-        request.remote,
-        "no valid Device-Id" if mac is None else f"unknown device or wrong token for {mac}",
+    # Home Assistant warns of each failed login itself (and bans by its rules): ours is said once
+    # an hour, the rest at debug, all counted (diagnostics: ``refused_guesses``).
+    GUESSES.report(
+        "guess",
+        f"refused a device request to {request.path[:100]} from {request.remote}: "
+        + ("no valid Device-Id" if mac is None else f"unknown device or wrong token for {mac}"),
     )
     query = {
         key: "***" if any(word in key.lower() for word in SECRET_QUERY_KEYS) else value
