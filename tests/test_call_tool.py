@@ -156,9 +156,10 @@ async def test_device_disconnects_mid_call(hass: HomeAssistant, make_device: Dev
 
 async def test_device_offline(hass: HomeAssistant, make_device: DeviceFactory) -> None:
     await make_device()  # the other device is connected; MAC2 is not
-    # A request that cannot be served now, not a fault: HA answers 400 and logs no error.
-    with pytest.raises(ServiceValidationError) as err:
+    # A condition of the moment, not wrong input: a HomeAssistantError (not a validation error).
+    with pytest.raises(HomeAssistantError) as err:
         await call(hass, "self.get_device_status", mac=MAC2)
+    assert not isinstance(err.value, ServiceValidationError)
     assert err.value.translation_key == "device_offline"
     assert "Desk is not connected" in str(err.value)
 
@@ -176,7 +177,8 @@ async def test_device_offline_over_the_rest_api(
     hass_client: ClientSessionGenerator,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """What an automation tool calling the REST API gets: 400 and the message, no "Error during service call"."""
+    """What an automation tool calling the REST API gets: Home Assistant's answer to a runtime error
+    (500, as for every integration's device that cannot be reached), with the message."""
     await make_device()
     desk = hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC2]
     http = await hass_client()
@@ -184,9 +186,8 @@ async def test_device_offline_over_the_rest_api(
         "/api/services/xiaozhi_local/call_tool",
         json={"device_id": desk.device_id, "tool": "self.get_device_status"},
     )
-    assert response.status == 400
+    assert response.status == 500
     assert "Desk is not connected" in (await response.json())["message"]
-    assert "Error during service call" not in caplog.text
 
 
 async def test_unknown_device(hass: HomeAssistant, device_registry: dr.DeviceRegistry, client: Any) -> None:
@@ -257,7 +258,7 @@ async def test_discovery_timeout(
     await device.connect()
     await hub_device(hass).async_wait_ready(5)
     assert "could not list its tools" in caplog.text
-    with pytest.raises(ServiceValidationError):
+    with pytest.raises(HomeAssistantError):
         await call(hass, "self.get_device_status")
 
 
@@ -278,3 +279,24 @@ async def test_both_firmware_generations_give_the_same_clear_errors(
     assert "volume" in (typed.value.translation_placeholders or {})["errors"]
     errors = [reply["error"] for reply in device.mcp.replies if "error" in reply]
     assert all(("code" in error) is (firmware == "2.5.0") for error in errors)
+
+
+async def test_one_deadline_covers_the_wait_for_tools_and_the_call(
+    hass: HomeAssistant, make_device: DeviceFactory
+) -> None:
+    """Its tools come after 0.6 s and the call takes 0.6 s: with ``timeout: 1`` that is too late
+    (before, each step had the whole timeout and the action took up to twice as long)."""
+    device = await make_device(connect=False)
+    original = device.mcp.handle
+
+    async def slow(payload: Any) -> Any:
+        if isinstance(payload, dict) and payload.get("method") in ("tools/list", "tools/call"):
+            await asyncio.sleep(0.6)
+        return await original(payload)
+
+    device.mcp.handle = slow  # type: ignore[method-assign]
+    await device.connect()
+    with pytest.raises(HomeAssistantError) as err:
+        await call(hass, "self.get_device_status", timeout=1)
+    assert err.value.translation_key == "timeout"
+    assert await call(hass, "self.get_device_status", timeout=5)  # its tools known: the call alone fits

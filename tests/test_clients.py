@@ -5,6 +5,7 @@
 - browser test pages (query-string auth, a hello with only ``features``, typed text).
 """
 
+import asyncio
 from collections.abc import AsyncIterator
 import json
 import logging
@@ -20,6 +21,7 @@ import pytest
 from custom_components.xiaozhi_local.const import DOMAIN, EVENT_NOTIFICATION, EVENT_TOOL_ERROR, WS_PATH
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.register_client import RegisterClientOptions, RegisterToolsClient
+from xiaozhi_sim.voice import frame, mic_packets
 
 from .conftest import MAC, TOKEN, DeviceFactory, wait_for, wait_settled, ws_url
 from .helpers import EventWaiter, announce, hub_device
@@ -359,6 +361,32 @@ async def test_py_xiaozhi_voice_with_20ms_frames(
         assert connection.audio_frames > 3 * 50  # three times as many packets as 60 ms ones
     finally:
         await device.drop()
+
+
+async def test_a_py_xiaozhi_session_writes_no_warning(
+    hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Auto mode, a turn answered, then frames after HA's VAD ended the turn (what py-xiaozhi, the
+    browser page and the load tester always do): counted, never a WARNING of ours."""
+    device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, flavor="py-xiaozhi"))
+    await device.connect()
+    try:
+        await wait_settled(hub_device(hass))
+        device.relisten = False
+        await device.say(speech_pcm())
+        await device.wait_message(lambda m: m.get("type") == "stt", timeout=30)
+        for packet in mic_packets(bytes(16000 * 2 * device.frame_ms // 1000 * 10), device.frame_ms):
+            await device.send_raw(frame(device.options.protocol_version, packet))  # the microphone goes on
+        await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", timeout=30)
+        connection = hub_device(hass).connection
+        assert connection is not None
+        async with asyncio.timeout(5):
+            while not connection.log.counts["audio_outside_turn"]:  # noqa: ASYNC110 - a counter, no event
+                await asyncio.sleep(0.01)
+    finally:
+        await device.drop()
+    ours = [r for r in caplog.records if r.name.startswith("custom_components.xiaozhi_local")]
+    assert [r.getMessage() for r in ours if r.levelno >= logging.WARNING] == []
 
 
 async def test_mcp_before_the_hello_is_kept(

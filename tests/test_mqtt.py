@@ -767,7 +767,7 @@ async def test_typed_text_before_any_audio_is_answered_as_text(
     assert shown == ["The kitchen light is on.", "Anything else?"]
     assert device.audio == []
     assert "gone" not in caplog.text
-    assert "no audio channel yet; its answer is shown as text" in caplog.text
+    assert "no audio channel yet; its answer is shown as text" in caplog.text  # debug
     assert hub.devices[MAC].connection is link  # still connected
 
 
@@ -812,3 +812,35 @@ async def test_a_host_holding_idle_sockets_cannot_lock_out_its_lan(hub: XiaozhiH
     finally:
         for _reader, writer in held:
             writer.close()
+
+
+async def broadcast(hass: HomeAssistant, text: str) -> dict[str, Any]:
+    """What a household says to Assist (the built-in agent's HassBroadcast)."""
+    result = await hass.services.async_call(
+        "conversation", "process", {"text": text, "language": "en"}, blocking=True, return_response=True
+    )
+    assert result is not None
+    response = result["response"]
+    assert isinstance(response, dict)
+    return response
+
+
+async def test_broadcast_with_one_device_off_reaches_the_others(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+) -> None:
+    """Desk is unplugged: its satellite is unavailable, HA's broadcast skips it, Kitchen shows the
+    message, and the household hears no "unexpected error"."""
+    kitchen = await make_mqtt()
+    desk = await make_mqtt(mac=MAC2, client_id=CLIENT_ID2)
+    await wait_for(hub.devices[MAC2], lambda d: d.connection is not None)
+    await desk.drop()
+    await wait_for(hub.devices[MAC2], lambda d: d.connection is None)
+    await hass.async_block_till_done()
+    state = hass.states.get("assist_satellite.desk")
+    assert state is not None
+    assert state.state == "unavailable"
+    response = await broadcast(hass, "broadcast dinner is ready")
+    assert response["response_type"] == "action_done", response
+    assert response["data"]["failed"] == []
+    alert = await kitchen.wait_message(lambda m: m.get("type") == "alert")
+    assert "dinner is ready" in alert["message"].lower()

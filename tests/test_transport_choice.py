@@ -200,6 +200,12 @@ async def test_py_xiaozhi_on_the_transport_it_was_told_is_not_restarted_either(
         await hass.async_block_till_done()
         assert not device.rebooted
         assert not any(m.get("type") == "system" for m in device.log)
+    # Between conversations too: offline, never "moves to MQTT" or "to WebSocket".
+    await device.drop()
+    await wait_for(xdev, lambda d: d.connection is None)
+    for option in ("websocket", "hub"):
+        await choose(hass, option)
+        await transport_state(hass, "offline")
 
 
 async def test_py_xiaozhi_between_conversations_is_away_not_off(

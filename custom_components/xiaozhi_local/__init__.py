@@ -124,10 +124,12 @@ async def _async_entry_updated(hass: HomeAssistant, entry: XiaozhiConfigEntry) -
 async def async_unload_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:
     """Remove the entities; the hub's shutdown (registered at setup) then closes every connection.
 
-    From the start of the unload no view, action or flow finds the hub (devices get a 404).
+    Once its platforms are unloaded no view, action or flow finds the hub (devices get a 404); an
+    unload that fails leaves it where it was, as the entry stays loaded.
     """
-    hass.data.pop(DATA_HUB, None)
-    return await hass.config_entries.async_unload_platforms(entry, PLATFORMS)
+    if unloaded := await hass.config_entries.async_unload_platforms(entry, PLATFORMS):
+        hass.data.pop(DATA_HUB, None)
+    return unloaded
 
 
 async def async_remove_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> None:

@@ -63,6 +63,15 @@ class XiaozhiAssistSatellite(PlaybackMixin, ListeningMixin):
     # return another format; media.tts_pcm resamples in-process.
     _attr_tts_options = {tts.ATTR_PREFERRED_FORMAT: "wav"}  # noqa: RUF012
 
+    @property
+    def available(self) -> bool:
+        """Unavailable while an always-connected device is off (as ESPHome's satellites are).
+
+        Home Assistant's broadcast then skips it. A device that connects per conversation stays
+        available: it is away between conversations by design (announcements: satellite/base.py).
+        """
+        return super().available and not self.device.off
+
     async def async_added_to_hass(self) -> None:
         """Take the device's voice; handle the timers set by talking to it."""
         await super().async_added_to_hass()

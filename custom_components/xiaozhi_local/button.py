@@ -156,6 +156,11 @@ class XiaozhiButton(XiaozhiEntity, ButtonEntity):
 
     entity_description: XiaozhiButtonDescription
 
+    @property
+    def available(self) -> bool:
+        """While the device offers the tool, and is not off (an always-connected device that is away)."""
+        return super().available and not self.device.off
+
     async def async_press(self) -> None:
         """Call the tool (the device must be connected)."""
         await self.device.async_press(self.entity_description.tools[0])
@@ -187,9 +192,10 @@ class XiaozhiIrButton(XiaozhiEntity, ButtonEntity):
 
     @property
     def available(self) -> bool:
-        """While the device offers IR and still lists the code."""
+        """While the device offers IR and still lists the code, and is not off."""
         return (
-            IR_SEND in self.device.tools
+            not self.device.off
+            and IR_SEND in self.device.tools
             and IR_LIST in self.device.tools
             and self.code in ir_code_names(self.device.queries.get(IR_LIST))
         )
@@ -209,8 +215,8 @@ class XiaozhiToolButton(XiaozhiEntity, ButtonEntity):
 
     @property
     def available(self) -> bool:
-        """While the device offers the tool."""
-        return self.tool in self.device.tools
+        """While the device offers the tool, and is not off."""
+        return self.tool in self.device.tools and not self.device.off
 
     async def async_press(self) -> None:
         """Call it."""

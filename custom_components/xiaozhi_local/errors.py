@@ -1,10 +1,9 @@
 """Errors as the user reads them: translated, the same for entities, actions and agents."""
 
 from contextlib import suppress
-from typing import Final
 
 from homeassistant.core import HomeAssistant, callback
-from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
+from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers.translation import async_get_cached_translations, async_get_translations
 
 from .const import DOMAIN
@@ -15,15 +14,13 @@ class DeviceOfflineError(McpConnectionError):
     """The device has no open connection now."""
 
 
-NOT_NOW: Final = frozenset({"device_offline"})
-"""Refusals of a request that cannot be served while the device is away: ServiceValidationError,
-which Home Assistant answers with 400 and does not log as an error (a 500 means a fault of ours)."""
-
-
 def translated_error(key: str, **placeholders: str) -> HomeAssistantError:
-    """A HomeAssistantError with a translated message (``exceptions.<key>`` in strings.json)."""
-    kind = ServiceValidationError if key in NOT_NOW else HomeAssistantError
-    return kind(translation_domain=DOMAIN, translation_key=key, translation_placeholders=placeholders)
+    """A HomeAssistantError with a translated message (``exceptions.<key>`` in strings.json).
+
+    A device that is away is a condition of the moment, not wrong input: a HomeAssistantError, as
+    core's integrations raise for a device they cannot reach (ServiceValidationError is for input).
+    """
+    return HomeAssistantError(translation_domain=DOMAIN, translation_key=key, translation_placeholders=placeholders)
 
 
 def tool_error(err: McpError, device: str, tool: str) -> HomeAssistantError:

@@ -238,7 +238,7 @@ class DeviceLink:
         if (voice := self.device.voice) is not None:
             voice.on_disconnect(self)
         if self.device.connection is self:
-            _LOGGER.info("Device %s disconnected", self.device.mac)
+            _LOGGER.debug("Device %s disconnected", self.device.mac)  # every conversation, over WebSocket
         self.device.async_detach(self)
 
     def deliver_audio(self, packet: bytes) -> None:
@@ -251,7 +251,7 @@ class DeviceLink:
 
     def on_hello(self, hello: ClientHello) -> None:
         """The device is in: attach it and learn its tools."""
-        _LOGGER.info(
+        _LOGGER.debug(
             "Device %s connected over %s (protocol %s, client %s)",
             self.device.mac,
             self.transport_name,

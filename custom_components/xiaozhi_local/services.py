@@ -20,7 +20,7 @@ from .const import (
 from .device import XiaozhiDevice
 from .errors import DeviceOfflineError, tool_error, translated_error
 from .hub import async_get_hub
-from .protocol.mcp import McpError, McpRemoteError, ToolResult
+from .protocol.mcp import McpError, McpRemoteError, McpTimeoutError, ToolResult
 from .protocol.schema import validate
 
 CALL_TOOL_SCHEMA = vol.Schema(
@@ -58,6 +58,7 @@ async def _async_call_tool(call: ServiceCall) -> ServiceResponse:
     arguments: dict[str, Any] = call.data[ATTR_ARGUMENTS]
     timeout: float = call.data[ATTR_TIMEOUT]
     placeholders = {"device": device.name, "tool": name}
+    deadline = call.hass.loop.time() + timeout  # one deadline for the wait for its tools and the call
     try:
         await device.async_wait_ready(timeout)
     except McpError as err:
@@ -73,7 +74,10 @@ async def _async_call_tool(call: ServiceCall) -> ServiceResponse:
             translation_placeholders={**placeholders, "errors": "; ".join(problems)},
         )
     try:
-        result = await device.async_call_tool(name, arguments, timeout)
+        left = deadline - call.hass.loop.time()
+        if left <= 0:
+            raise McpTimeoutError(f"no time left for {name}")
+        result = await device.async_call_tool(name, arguments, left)
     except McpRemoteError as err:
         if call.data[ATTR_RETURN_ERRORS]:
             return _response(err.result or ToolResult([{"type": "text", "text": err.message}]), is_error=True)

@@ -69,8 +69,8 @@ def state(hub: XiaozhiHub, device: XiaozhiDevice) -> TransportState:
     want = wanted(hub, device)
     link = device.connection
     current = link.transport_name if link is not None else device.told_transport
-    if current is None or (link is not None and not _follows(device, current)):
-        # Never told, or a client that picks its own transport: no change waits for it.
+    if current is None or device.picks_transport or (link is not None and not _follows(device, current)):
+        # Never told, or a client that picks its own transport (connected or not): no change waits for it.
         return TransportState(link.transport_name) if link is not None else TransportState.OFFLINE
     if current != want and not device.transport_restart_sent:
         return TransportState.TO_MQTT if want == TRANSPORT_MQTT else TransportState.TO_WEBSOCKET

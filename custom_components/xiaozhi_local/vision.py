@@ -103,8 +103,14 @@ async def answer(hass: HomeAssistant, device: XiaozhiDevice, question: str, opti
     except TimeoutError:
         return {"success": False, "text": "Looking at the photo took too long."}
     except HomeAssistantError as err:
-        _LOGGER.warning("Device %s: the AI Task could not describe the photo: %s", device.mac, err)
         no_task = "entity" in str(err).lower() and "preferred" in str(err).lower()
+        # No AI Task entity is a choice of the user's, told to them by the device's own answer.
+        _LOGGER.log(
+            logging.DEBUG if no_task else logging.WARNING,
+            "Device %s: the AI Task could not describe the photo: %s",
+            device.mac,
+            err,
+        )
         return {"success": False, "text": NO_AI_TASK if no_task else f"I could not look at the photo: {err}"}
     return {"success": True, "text": str(result.data)}
 

@@ -40,3 +40,9 @@ class OnceLogger:
             self._warned[kind] = now
         where = f"Device {self.device_id}: " if self.device_id else ""
         self.logger.log(logging.WARNING if warn else logging.DEBUG, "%s%s (%s)", where, message, kind)
+
+    def note(self, kind: str, message: str) -> None:
+        """Something normal clients do that is still worth counting: debug only, counted (diagnostics)."""
+        self.counts[kind] += 1
+        where = f"Device {self.device_id}: " if self.device_id else ""
+        self.logger.debug("%s%s (%s)", where, message, kind)

@@ -64,6 +64,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
         self._early_audio: deque[tuple[DeviceLink, float, bytes]] = deque(maxlen=EARLY_AUDIO_PACKETS)
         self._idle_media: tuple[str, asyncio.Task[None]] | None = None  # media played by notify (2.5)
         self._unanswered: set[asyncio.Future[None]] = set()  # each set when its question's answer cannot come
+        self._told_away = False  # the log said once that announcements skip this per-conversation device
 
     def _config_entry(self) -> XiaozhiConfigEntry:
         assert self.platform.config_entry is not None

@@ -100,7 +100,8 @@ class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class
         turn = run.turn if run is not None and run.connection is connection else None
         if turn is None or turn.ended:
             if connection.audio_in_order:  # in order with listen start: really outside
-                connection.log.report("audio_outside_turn", "dropped audio outside a listening turn")
+                # py-xiaozhi, the browser page and load testers send on after HA's VAD ended the turn.
+                connection.log.note("audio_outside_turn", "dropped audio outside a listening turn")
             else:  # UDP may overtake the listen start sent over MQTT: kept a moment for the turn
                 self._early_audio.append((connection, self.hass.loop.time(), packet))
             return

@@ -66,7 +66,22 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
         await connection.async_send_json(ring)
 
     async def async_internal_announce(self, *args: Any, **kwargs: Any) -> None:
-        """Refuse before any speech is made when the device is away; the announcement replaces a turn."""
+        """Refuse before any speech is made when the device is off; the announcement replaces a turn.
+
+        A device that connects only for its conversations (WebSocket) cannot be reached between
+        them: the announcement is skipped with one log line (Home Assistant's broadcast reaches the
+        other satellites, as it skips unavailable ones), not queued for a conversation that may
+        come hours later.
+        """
+        if self.device.connection is None and not self.device.off:
+            if not self._told_away:
+                self._told_away = True
+                _LOGGER.info(
+                    "%s connects only while you talk to it: announcements are skipped between conversations "
+                    "(set its Connection to always connected to receive them)",
+                    self.device.name,
+                )
+            return
         self._connection_or_raise()
         self._supersede()
         await super().async_internal_announce(*args, **kwargs)

@@ -92,7 +92,7 @@ class TextMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-class-
         # MQTT device that typed before its microphone's first datagram proved its UDP address).
         run.text_only = not pipeline.tts_engine or not run.connection.audio_open
         if pipeline.tts_engine and not run.connection.audio_open:
-            _LOGGER.info("Device %s: no audio channel yet; its answer is shown as text", self.device.mac)
+            _LOGGER.debug("Device %s: no audio channel yet; its answer is shown as text", self.device.mac)
         context = Context()
         self.async_set_context(context)
         extra_system_prompt, self._extra_system_prompt = self._extra_system_prompt, None
