@@ -70,6 +70,8 @@ class XiaozhiHub:
         self.wake_words = WakeWords(hass, files, self.assets_url)
         self.wake_words.files.async_configure(dict(entry.options))
         self.stopping = False  # unloading, or Home Assistant stopping: no new connections
+        self._saving: asyncio.Task[None] | None = None  # the journal's save (async_request_save)
+        self._save_again = False
         self.started = False  # devices loaded and running: from now on a shutdown saves what they have
         self._no_connections = asyncio.Event()
         self._no_connections.set()
@@ -141,9 +143,28 @@ class XiaozhiHub:
                 self.admission.async_joined(device)
         carried = any(CONF_TOKEN in sub.data for sub in wanted.values())
         if self.identities.dirty or carried:  # at once, not on a delay: see identities.py
-            self.entry.async_create_background_task(
-                self.hass, self.storage.async_save_identities(lambda: self.stopping), "xiaozhi_local save identities"
+            self.async_request_save()
+
+    @callback
+    def async_request_save(self) -> None:
+        """Save the journal, then move the tokens out of the subentries: queued, one save at a time.
+
+        A save updates subentries; each update calls the entry's update listener at once, which
+        syncs the devices and asks for a save again. Started from there, a save would update the
+        next subentry before it ever yielded, one stack level per device (RecursionError past a
+        hundred or so). Asked while one runs, the request is remembered and that save runs once
+        more; the task starts on the loop's next turn, never inside the listener.
+        """
+        self._save_again = True
+        if self._saving is None or self._saving.done():
+            self._saving = self.entry.async_create_background_task(
+                self.hass, self._async_save_queue(), "xiaozhi_local save identities", eager_start=False
             )
+
+    async def _async_save_queue(self) -> None:
+        while self._save_again and not self.stopping:
+            self._save_again = False
+            await self.storage.async_save_identities(lambda: self.stopping)
 
     @callback
     def websocket_url(self) -> str:

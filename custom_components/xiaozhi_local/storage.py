@@ -7,6 +7,7 @@ Two stores per hub (config entry). ``xiaozhi_local.<entry_id>`` holds what each 
 and the journal in step across stops at the worst moment.
 """
 
+import asyncio
 from collections.abc import Callable, Mapping
 import logging
 from types import MappingProxyType
@@ -166,3 +167,4 @@ class HubStorage:
                 self.hass.config_entries.async_update_subentry(
                     self._entry, sub, data={k: v for k, v in sub.data.items() if k != CONF_TOKEN}
                 )
+                await asyncio.sleep(0)  # each update calls the entry's listener: let it run between them

@@ -1,0 +1,83 @@
+"""Saves of the token journal: queued, never re-entered from the update listener they trigger.
+
+At an upgrade, tokens still sit in the devices' subentries: each leaves its subentry once the
+journal holding it is on disk. Updating a subentry calls the entry's update listener at once,
+which syncs the devices and asks for a save; a save started from there updated the next
+subentry before it ever yielded, one stack level per device (RecursionError past ~100).
+"""
+
+import asyncio
+import inspect
+from typing import Any
+
+from homeassistant.const import CONF_TOKEN
+from homeassistant.core import HomeAssistant
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.xiaozhi_local.const import DOMAIN
+
+from .conftest import device_subentry
+
+DEVICES = 500
+
+
+def _mac(index: int) -> str:
+    return f"cc:ba:97:{index // 65536:02x}:{index // 256 % 256:02x}:{index % 256:02x}"
+
+
+@pytest.fixture
+def config_entry() -> MockConfigEntry:
+    """500 paired devices whose tokens are still in their subentries (the upgrade's shape)."""
+    return MockConfigEntry(
+        domain=DOMAIN,
+        title="Xiaozhi Local",
+        data={},
+        subentries_data=[
+            device_subentry(_mac(index), f"token-{index:04d}-" + "x" * 40, f"Device {index}", f"client-{index}")
+            for index in range(DEVICES)
+        ],
+    )
+
+
+async def test_tokens_leave_500_subentries_without_recursion(
+    hass: HomeAssistant, config_entry: MockConfigEntry, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Loaded with every token still in its subentry (the first save was overtaken by check-ins, as
+    after an upgrade or a bulk pairing), a sync asks for a save: every token leaves its subentry
+    once the journal is on disk, and no save is started from inside another."""
+    from custom_components.xiaozhi_local import storage
+
+    errors: list[Any] = []
+    hass.loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    original = storage.HubStorage.async_save_identities
+    depths: list[int] = []
+
+    async def skipped(self: Any, stopping: Any) -> None:
+        """The first save, overtaken: it leaves the tokens where they are."""
+
+    async def measured(self: Any, stopping: Any) -> None:
+        depths.append(len(inspect.stack(0)))
+        await original(self, stopping)
+
+    storage.HubStorage.async_save_identities = skipped  # type: ignore[method-assign]
+    try:
+        config_entry.add_to_hass(hass)
+        assert await hass.config_entries.async_setup(config_entry.entry_id)
+        await hass.async_block_till_done(wait_background_tasks=True)
+        assert all(CONF_TOKEN in sub.data for sub in config_entry.subentries.values())
+        storage.HubStorage.async_save_identities = measured  # type: ignore[method-assign]
+        config_entry.runtime_data.async_sync_devices()  # what a check-in or any entry update does
+        for _ in range(100):
+            await hass.async_block_till_done(wait_background_tasks=True)
+            if not any(CONF_TOKEN in sub.data for sub in config_entry.subentries.values()):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        storage.HubStorage.async_save_identities = original  # type: ignore[method-assign]
+    assert errors == []
+    assert "RecursionError" not in capfd.readouterr().err
+    assert max(depths) - min(depths) < 10, (min(depths), max(depths))  # never started from inside another
+    assert [s.title for s in config_entry.subentries.values() if CONF_TOKEN in s.data] == []
+    journal = config_entry.runtime_data.identities
+    assert len([mac for mac in (_mac(i) for i in range(DEVICES)) if (r := journal.get(mac)) and r.token]) == DEVICES
