@@ -510,6 +510,21 @@ async def test_a_multinet_board_takes_a_phrase(
         assert xdev.expected_wake_word == "嗨小明"
         phrases = json.loads(device.assets.files["index.json"])["multinet_model"]["commands"]
         assert phrases == [{"command": "hai xiao ming", "text": "嗨小明", "action": "wake"}]
+        assert json.loads(device.assets.files["index.json"])["multinet_model"]["threshold"] == 0.2  # kept
+        # The sensitivity: a third part, the threshold in percent (smaller hears more readily).
+        await device.send_json({"session_id": device.session_id, "type": "goodbye"})
+        await wait_for(xdev, lambda d: d.conversation is None)
+        await wait_settled(xdev)
+        boots = device.boots
+        await hass.services.async_call(
+            "text", "set_value", {"entity_id": text, "value": "hai xiao ming | 嗨小明 | 12"}, blocking=True
+        )
+        await device.wait_boots(boots + 1, timeout=20)
+        assert json.loads(device.assets.files["index.json"])["multinet_model"]["threshold"] == 0.12
+        with pytest.raises(HomeAssistantError, match="whole percent from 1 to 99"):
+            await hass.services.async_call(
+                "text", "set_value", {"entity_id": text, "value": "hai xiao ming | 嗨小明 | 150"}, blocking=True
+            )
     finally:
         await device.drop()
 

@@ -54,7 +54,8 @@ BOOT_WAIT: Final = 600.0
 MAX_ERROR: Final = 500
 """Characters of an error shown on the entity at most (a state's attributes go to the recorder)."""
 PHRASE_SEPARATOR: Final = "|"
-"""Between the phrase a MultiNet board listens for and the text it shows: ``ni hao xiao ming|你好小明``."""
+"""Between the phrase a MultiNet board listens for, the text it shows, and (optionally) its threshold in
+percent (smaller hears more readily): ``ni hao xiao ming|你好小明|20``."""
 
 
 class Phase(StrEnum):
@@ -276,7 +277,7 @@ class WakeWords:
         heard = device.last_wake_word
         if job.word is not None and not same_word(heard, job.word):
             if heard is None or job.before is None or same_word(heard, job.before):
-                self.async_fail(job, f"the device woke on {heard!r}, not on {job.word!r}")
+                self.async_fail(job, f"the device woke on {(heard or '')[:64]!r}, not on {job.word!r}")
                 return
             # Not its old word: the device's own report is the truth (esp-sr names words in a binary library).
             _LOGGER.debug("%s: the new model reports %r where its _MODEL_INFO_ says %r", device.name, heard, job.word)
@@ -309,7 +310,8 @@ class WakeWords:
     @callback
     def async_fail(self, job: WakeWordJob, why: str) -> None:
         """The change ended without the new word: the device's choice is what it was before."""
-        _LOGGER.warning("%s: changing its wake word to %s failed: %s", job.device.name, job.option, why)
+        why = why[:MAX_ERROR]
+        _LOGGER.warning("%s: changing its wake word to %s failed: %s", job.device.name, job.option[:64], why)
         job.phase, job.error = Phase.FAILED, why
         job.device.async_set_wake_word(*job.previous)
         self._forget_urls(job)
@@ -398,8 +400,14 @@ def _make_pack(
     if option == AS_BUILT:
         pack = base
     elif name is None:
-        command, _, text = option.partition(PHRASE_SEPARATOR)
-        pack = with_wake_phrase(base, command, text or command)
+        command, _, rest = option.partition(PHRASE_SEPARATOR)
+        text, _, percent = rest.partition(PHRASE_SEPARATOR)
+        threshold = None
+        if percent.strip():
+            if not percent.strip().isdigit():
+                raise AssetsError("bad_phrase", "the threshold must be a whole percent from 1 to 99")
+            threshold = int(percent.strip()) / 100
+        pack = with_wake_phrase(base, command, text.strip() or command, threshold)
     else:
         assert files is not None
         pack = with_wakenet(base, name, files)

@@ -340,12 +340,16 @@ def pack_engine(files: dict[str, AssetFile]) -> str | None:
     return "wakenet" if found.model.startswith(WAKENET_PREFIX) else "multinet"
 
 
-def with_wake_phrase(pack: Bytes, command: str, text: str) -> bytes:
+def with_wake_phrase(pack: Bytes, command: str, text: str, threshold: float | None = None) -> bytes:
     """``pack`` (of a MultiNet board) with its wake phrase replaced: ``command`` heard, ``text`` shown and sent.
 
     ``command`` is what MultiNet listens for: English words, or pinyin separated by spaces for
-    Chinese. The pack's other commands, its threshold and language are kept.
+    Chinese. ``threshold`` (0.01 to 0.99, smaller hears more readily) replaces the pack's when
+    given (``CustomWakeWord`` reads ``multinet_model.threshold``); its other commands and its
+    language are kept.
     """
+    if threshold is not None and not 0.01 <= threshold <= 0.99:
+        raise AssetsError("bad_phrase", "the threshold must be a whole percent from 1 to 99")
     command, text = " ".join(command.split()), text.strip()
     if not command or not text or len(command) > 64 or len(text.encode()) > 64:
         raise AssetsError("bad_phrase", "a wake phrase and its text must each be 1 to 64 characters")
@@ -362,6 +366,8 @@ def with_wake_phrase(pack: Bytes, command: str, text: str) -> bytes:
     multinet = dict(raw) if isinstance(raw, dict) else {}
     others = [c for c in multinet.get("commands") or [] if isinstance(c, dict) and c.get("action") != WAKE_ACTION]
     multinet["commands"] = [{"command": command, "text": text, "action": WAKE_ACTION}, *others]
+    if threshold is not None:
+        multinet["threshold"] = round(threshold, 2)
     index["multinet_model"] = multinet
     files[INDEX] = AssetFile(INDEX, json.dumps(index, ensure_ascii=False, indent=4).encode())
     return build_pack(list(files.values()))
