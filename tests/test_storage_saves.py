@@ -7,6 +7,7 @@ subentry before it ever yielded, one stack level per device (RecursionError past
 """
 
 import asyncio
+import contextlib
 import inspect
 from typing import Any
 
@@ -81,3 +82,22 @@ async def test_tokens_leave_500_subentries_without_recursion(
     assert [s.title for s in config_entry.subentries.values() if CONF_TOKEN in s.data] == []
     journal = config_entry.runtime_data.identities
     assert len([mac for mac in (_mac(i) for i in range(DEVICES)) if (r := journal.get(mac)) and r.token]) == DEVICES
+
+
+async def test_a_failing_background_task_is_logged_once_with_its_name(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nobody awaits a background task: its failure is said at once, with its name."""
+    device = next(iter(setup_integration.runtime_data.devices.values()))
+
+    async def broken() -> None:
+        raise RuntimeError("something of ours broke")
+
+    task = device.async_create_task(broken(), "xiaozhi_local broken on purpose", background=True)
+    with contextlib.suppress(RuntimeError):
+        await task
+    await hass.async_block_till_done()
+    lines = [r for r in caplog.records if "xiaozhi_local broken on purpose" in r.getMessage()]
+    assert len(lines) == 1
+    assert lines[0].exc_info is not None
+    assert "something of ours broke" in str(lines[0].exc_info[1])

@@ -112,13 +112,20 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
 
 
 async def _async_entry_updated(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> None:
-    """Devices added, changed or removed: applied without dropping the other connections."""
-    entry.runtime_data.async_sync_devices()
-    entry.runtime_data.firmware.catalog.async_configure(dict(entry.options))  # the firmware sources may have changed
-    entry.runtime_data.wake_words.files.async_configure(dict(entry.options))
+    """Devices added, changed or removed: applied without dropping the other connections.
+
+    The hub is taken once: an unload may begin while this waits for the MQTT endpoint.
+    """
+    hub = entry.runtime_data
+    if hub.stopping:
+        return
+    hub.async_sync_devices()
+    hub.firmware.catalog.async_configure(dict(entry.options))  # the firmware sources may have changed
+    hub.wake_words.files.async_configure(dict(entry.options))
     async_check_url(hass, dict(entry.options))
-    await entry.runtime_data.async_start_mqtt()  # ports or the choice may have changed
-    entry.runtime_data.async_transport_changed()  # devices on the other transport restart when they can
+    await hub.async_start_mqtt()  # ports or the choice may have changed
+    if not hub.stopping:
+        hub.async_transport_changed()  # devices on the other transport restart when they can
 
 
 async def async_unload_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:

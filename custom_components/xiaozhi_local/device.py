@@ -48,6 +48,7 @@ from .protocol.mcp import (
     ToolResult,
 )
 from .readings import REPORT_SAVE_DELAY, DeviceValues
+from .tasks import watched
 from .tool_map import canonical_tools
 from .values import DeviceCache, PendingSetting
 
@@ -223,8 +224,8 @@ class XiaozhiDevice:
         entry = self.hass.config_entries.async_get_entry(self.entry_id)
         if entry is None:  # the hub is being removed: a plain task, the link's close still runs
             return self.hass.async_create_task(target, name)
-        if background:
-            return entry.async_create_background_task(self.hass, target, name)
+        if background:  # nobody awaits it: a failure is logged with its name (tasks.py)
+            return watched(entry.async_create_background_task(self.hass, target, name))
         return entry.async_create_task(self.hass, target, name)
 
     @callback

@@ -38,6 +38,7 @@ from .link import DeviceLink
 from .mqtt import MqttEndpoint
 from .repairs import async_mqtt_port, async_token_accepted
 from .storage import HubStorage
+from .tasks import watched
 from .urls import assets_url, firmware_url, notify_url, vision_url, websocket_url
 from .wake_word_files import FOLDER as WAKE_WORD_FOLDER, WakeWordFiles
 from .wake_words import WakeWords
@@ -157,8 +158,10 @@ class XiaozhiHub:
         """
         self._save_again = True
         if self._saving is None or self._saving.done():
-            self._saving = self.entry.async_create_background_task(
-                self.hass, self._async_save_queue(), "xiaozhi_local save identities", eager_start=False
+            self._saving = watched(
+                self.entry.async_create_background_task(
+                    self.hass, self._async_save_queue(), "xiaozhi_local save identities", eager_start=False
+                )
             )
 
     async def _async_save_queue(self) -> None:
