@@ -12,6 +12,8 @@
 
 ``flood [N]``: N half-open MQTT connections (10,000) from 256 sources while devices reconnect (``bench/flood.py``).
 
+``pairing [N]``: N pairing-only sessions (8,000) from one pending token, 100 at a time (``bench/pairing.py``).
+
 ``fuzz``: hostile frames through the protocol layer (see ``bench/fuzz.py``).
 
 ``audio``: the voice audio path.
@@ -47,6 +49,7 @@ from .fuzz import fuzz_report, run_fuzz
 from .load import load, pct
 from .media import media_load
 from .mqtt import mqtt_load
+from .pairing import pairing_run
 from .talkers import talkers
 
 ROOT = Path(__file__).parent
@@ -225,13 +228,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
         "which",
-        choices=["audio", "fuzz", "load", "mqtt", "talkers", "crash", "firmware", "media", "flood", "all"],
+        choices=["audio", "fuzz", "load", "mqtt", "talkers", "crash", "firmware", "media", "flood", "pairing", "all"],
     )
     parser.add_argument(
         "count",
         nargs="?",
         type=int,
-        help="talkers/firmware: how many devices (100); media: how many play (20); flood: connections (10,000)",
+        help="talkers/firmware: how many devices (100); media: how many play (20); flood: connections (10,000); "
+        "pairing: sessions (8,000)",
     )
     parser.add_argument("--trials", type=int, default=5, help="kill -9 trials for crash")
     parser.add_argument("--devices", type=int, default=1000, help="simulated devices for load")
@@ -288,6 +292,8 @@ def main() -> int:
         )
     if args.which in ("flood", "all"):
         reports.append(asyncio.run(flood_run(connections=args.count or 10_000, devices=20, hold=60.0, port=args.port)))
+    if args.which in ("pairing", "all"):
+        reports.append(asyncio.run(pairing_run(sessions=args.count or 8000, concurrency=100, port=args.port)))
     if args.which in ("crash", "all"):
         report, intact = asyncio.run(crash(args.trials, args.port, args.seed))
         failed = failed or not intact
