@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from .load import Run, ms, prepare
+from .load import Run, client_id_of, ms, prepare
 
 HELLO = {
     "type": "hello",
@@ -96,25 +96,46 @@ async def pairing_run(*, sessions: int, concurrency: int, port: int) -> str:
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
 
         async def sample() -> None:
+            """Every second: threads and RSS, and a paired device's OTA answer (a session of its own:
+            the flood's 100 hold every connection of the shared pool)."""
+            async with aiohttp.ClientSession() as own:
+                await sample_with(own)
+
+        async def sample_with(own: aiohttp.ClientSession) -> None:
             nonlocal peak
             while True:
                 now = _threads_rss(pid)
                 peak = (max(peak[0], now[0]), max(peak[1], now[1]))
                 started = time.monotonic()
-                headers = {"Device-Id": paired[0][0], "Client-Id": "bench-client", "Content-Type": "application/json"}
-                async with run.http.post(f"{run.base}/api/xiaozhi_local/ota/", json={}, headers=headers) as resp:  # type: ignore[union-attr]
+                headers = {
+                    "Device-Id": paired[0][0],
+                    "Client-Id": client_id_of(paired[0][0]),
+                    "Content-Type": "application/json",
+                }
+                async with own.post(f"{run.base}/api/xiaozhi_local/ota/", json={}, headers=headers) as resp:
                     await resp.read()
                 ota.append(time.monotonic() - started)
                 await asyncio.sleep(1)
 
+        headers = {
+            "Device-Id": paired[0][0],
+            "Client-Id": client_id_of(paired[0][0]),
+            "Content-Type": "application/json",
+        }
+        async with run.http.post(f"{run.base}/api/xiaozhi_local/ota/", json={}, headers=headers) as resp:
+            await resp.read()  # the first answer reads what it reads once, before the flood
+        await run.probe(reset=True)
         sampler = asyncio.create_task(sample())
         started = time.monotonic()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         took = time.monotonic() - started
         sampler.cancel()
+        lag = (await run.probe())["lag_ms"]
         after_end = _threads_rss(pid)
         await asyncio.sleep(SETTLE_S)
         settled = _threads_rss(pid)
+        async with run.http.get(f"{run.base}/api/bench_probe", params={"memory": "1"}) as resp:
+            memory = (await resp.json())["memory"]
     finally:
         await run.stop()
     lines = [
@@ -133,6 +154,10 @@ async def pairing_run(*, sessions: int, concurrency: int, port: int) -> str:
         f"{after_end[0]} / {settled[0]} | within a few of rest |",
         f"| RSS: at rest / peak / {SETTLE_S:.0f} s later | {rest[1] // 1024} / {peak[1] // 1024} / "
         f"{settled[1] // 1024} MB | |",
+        f"| Then: after a full garbage collection ({memory['gc_objects']:,} objects) / after glibc's "
+        f"malloc_trim | {memory['after_gc_kb'] // 1024} / {memory['after_trim_kb'] // 1024} MB | |",
         f"| A paired device's OTA answer during the flood (p50 / max) | {ms(ota, 50)} / {ms(ota, 100)} ms | |",
+        f"| HA event-loop lag during the flood (p50 / p99 / max) | {lag['p50']:.1f} / {lag['p99']:.1f} / "
+        f"{lag['max']:.1f} ms | p99 < 50 ms |",
     ]
     return "\n".join(lines)
