@@ -22,6 +22,7 @@ from homeassistant.exceptions import HomeAssistantError
 from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
+from pytest_homeassistant_custom_component.typing import WebSocketGenerator
 
 from custom_components.xiaozhi_local.const import CONF_WAKE_WORD_MODELS, CONF_WAKE_WORD_MODELS_URL
 from custom_components.xiaozhi_local.device import XiaozhiDevice
@@ -452,7 +453,7 @@ async def test_a_model_for_another_chip_is_refused_before_any_download(
 
 
 async def test_home_assistants_voice_settings_choose_the_wake_word(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr, hass_ws_client: Any
+    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr, hass_ws_client: WebSocketGenerator
 ) -> None:
     """Settings → Voice assistants lists the select's words; choosing one there changes the device."""
     satellite = "assist_satellite.kitchen"
