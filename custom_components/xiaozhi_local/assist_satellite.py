@@ -29,7 +29,7 @@ from .hub import XiaozhiConfigEntry
 from .satellite.listening import ListeningMixin
 from .satellite.playback import PlaybackMixin
 from .wake_word_files import ENGINE_WAKENET
-from .wake_words import AS_BUILT, Phase, WakeWords
+from .wake_words import AS_BUILT, WakeWords
 
 PARALLEL_UPDATES = 0
 
@@ -131,9 +131,7 @@ class XiaozhiAssistSatellite(PlaybackMixin, ListeningMixin):
             AssistSatelliteWakeWord(id=model.name, wake_word=model.label, trained_languages=list(model.languages))
             for model in words.offers(device)
         ]
-        job = words.jobs.get(device.mac)
-        option = job.option if job is not None and job.phase not in (Phase.DONE, Phase.FAILED) else None
-        option = option or device.chosen_wake_word or AS_BUILT
+        option = words.current(device)
         active = AS_BUILT if option == AS_BUILT else words.model_of(device, option)
         if all(word.id != active for word in available):  # a model of the local folder
             available.append(AssistSatelliteWakeWord(id=active, wake_word=option, trained_languages=[]))

@@ -18,7 +18,7 @@ from .entity import XiaozhiEntity, XiaozhiSettingDescription, XiaozhiValueEntity
 from .hub import XiaozhiConfigEntry
 from .tool_map import THEMES, as_option
 from .wake_word_files import ENGINE_WAKENET
-from .wake_words import AS_BUILT, Phase, WakeWords, describe
+from .wake_words import WakeWords, describe
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,10 +173,7 @@ class XiaozhiWakeWordSelect(XiaozhiEntity, SelectEntity):
     @property
     def current_option(self) -> str:
         """The one being installed, else the one the device has."""
-        job = self.wake_words.jobs.get(self.device.mac)
-        if job is not None and job.phase not in (Phase.DONE, Phase.FAILED):
-            return job.option
-        return self.device.chosen_wake_word or AS_BUILT
+        return self.wake_words.current(self.device)
 
     @property
     def extra_state_attributes(self) -> dict[str, Any]:

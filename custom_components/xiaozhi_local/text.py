@@ -11,7 +11,7 @@ from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, async_setup_device_entities
 from .hub import XiaozhiConfigEntry
 from .wake_word_files import ENGINE_MULTINET
-from .wake_words import AS_BUILT, Phase, WakeWords, describe
+from .wake_words import AS_BUILT, WakeWords, describe
 
 PARALLEL_UPDATES = 1
 
@@ -48,9 +48,7 @@ class XiaozhiWakePhraseText(XiaozhiEntity, TextEntity):
     @property
     def native_value(self) -> str:
         """The phrase being installed, else the one the device has (empty: the board's own)."""
-        job = self.wake_words.jobs.get(self.device.mac)
-        option = job.option if job is not None and job.phase not in (Phase.DONE, Phase.FAILED) else None
-        option = option or self.device.chosen_wake_word or AS_BUILT
+        option = self.wake_words.current(self.device)
         return "" if option == AS_BUILT else option
 
     @property

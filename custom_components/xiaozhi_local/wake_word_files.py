@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import io
 import logging
+import os
 from pathlib import Path
 import secrets
 import shutil
@@ -75,12 +76,18 @@ def _entry(folder: Path, name: str) -> Path | None:
 
 
 def read_regular(path: Path, limit: int) -> bytes:
-    """Blocking: a regular file's bytes, at most ``limit`` (FileRefused otherwise; symlinks refused)."""
+    """Blocking: a regular file's bytes, at most ``limit`` (FileRefused otherwise; symlinks refused).
+
+    Opened without following a link and checked on the open file, so nothing swapped in between
+    the check and the read is read; a FIFO or device is refused before it could block the open.
+    """
     try:
-        info = path.lstat()
-        if not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(path.lstat().st_mode):
             raise FileRefused(f"{path.name[:64]} is not a regular file (links are not followed)")
-        with path.open("rb", buffering=0) as stream:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(descriptor, "rb", buffering=0) as stream:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                raise FileRefused(f"{path.name[:64]} is not a regular file")
             data = stream.read(limit + 1)
     except OSError as err:
         raise FileRefused(f"{path.name[:64]} cannot be read: {err.strerror or err}") from None
@@ -160,7 +167,7 @@ def _read_pack(folder: Path, firmware: Path, names: frozenset[str]) -> bytes | N
     """
     listing = {path.name: path for path in folder.iterdir()} if folder.is_dir() else {}
     for name in sorted(names):
-        if (path := listing.get(f"{name}.bin")) is not None and "/" not in name:
+        if (path := listing.get(f"{name}.bin")) is not None:
             with contextlib.suppress(FileRefused):
                 return read_regular(path, MAX_PACK)
     images = [

@@ -36,7 +36,16 @@ from .const import (
 from .device import XiaozhiDevice
 from .errors import translated_error
 from .firmware.server import DownloadInterrupted, Sending
-from .protocol.assets import HEADER, AssetsError, check_pack, pack_engine, parse_pack, with_wake_phrase, with_wakenet
+from .protocol.assets import (
+    HEADER,
+    AssetsError,
+    check_pack,
+    pack_engine,
+    pack_wake_word,
+    parse_pack,
+    with_wake_phrase,
+    with_wakenet,
+)
 from .protocol.mcp import McpError
 from .wake_word_catalog import CATALOG, WakeModel, chips_of
 from .wake_word_files import ENGINE_MULTINET, FOLDER, WakeWordFiles
@@ -51,6 +60,8 @@ IDLE_WAIT: Final = 3600.0
 """Seconds to wait for the device's conversation to end before the change is given up."""
 BOOT_WAIT: Final = 600.0
 """Seconds from the restart until the device has fetched its pack and is back."""
+LANGUAGES: Final = ("en", "zh", "fr", "ja")
+"""The catalog's languages, in the order other languages follow Home Assistant's own in the list."""
 MAX_ERROR: Final = 500
 """Characters of an error shown on the entity at most (a state's attributes go to the recorder)."""
 PHRASE_SEPARATOR: Final = "|"
@@ -112,15 +123,21 @@ class WakeWords:
         chip = device.facts.chip.lower() if device.facts is not None else ""
         board = self.files.board_word(device)
         language = self.hass.config.language.split("-")[0].lower()
-        languages = ["en", "zh", "fr", "ja"]
 
         def rank(model: WakeModel) -> tuple[int, int, str]:
             own = board is not None and model.name == board.model
             first = language if language in model.languages else model.languages[0]
-            group = languages.index(first) if first in languages else len(languages)
+            group = LANGUAGES.index(first) if first in LANGUAGES else len(LANGUAGES)
             return (0 if own else 1 if language in model.languages else 2, group, model.label.casefold())
 
         return sorted((model for model in CATALOG if chip in model.chips), key=rank)
+
+    def current(self, device: XiaozhiDevice) -> str:
+        """The option being installed on the device, else the one it has (``as_built``: the board's own)."""
+        job = self.jobs.get(device.mac)
+        if job is not None and job.phase not in (Phase.DONE, Phase.FAILED):
+            return job.option
+        return device.chosen_wake_word or AS_BUILT
 
     def options(self, device: XiaozhiDevice) -> list[str]:
         """What the select offers a device: ``as_built`` and the catalog's models for its chip, in order."""
@@ -396,7 +413,7 @@ def _make_pack(
 
     AssetsError when the device would refuse it (format, checksum, partition size, model).
     """
-    before = check_pack(base, max(partition, len(base))).word if partition > 0 else None
+    before = pack_wake_word(parse_pack(base)).word  # what the device wakes on now (a broken base: refused)
     if option == AS_BUILT:
         pack = base
     elif name is None:

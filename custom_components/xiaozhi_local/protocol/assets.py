@@ -30,6 +30,7 @@ import struct
 from typing import Any, Final
 import unicodedata
 
+from .mcp import safe_name
 from .phrases import phrase_problem
 
 HEADER: Final = struct.Struct("<III")
@@ -256,16 +257,6 @@ def wake_word_of(model: Mapping[str, Bytes]) -> str:
     return word
 
 
-def wakenet_generation(model: Mapping[str, Bytes]) -> int | None:
-    """The WakeNet generation of a model (9 for ``wakeNet9l_…``), if its ``_MODEL_INFO_`` says."""
-    try:
-        head = model_info(model)[0].lower().removeprefix("wakenet")
-    except AssetsError:
-        return None
-    digits = "".join(ch for ch in head[:4] if ch.isdigit())
-    return int(digits) if digits else None
-
-
 def check_wakenet_model(model: Mapping[str, Bytes]) -> str:
     """The word of a WakeNet model that has what the engine loads (``_MODEL_INFO_`` and non-empty ``*_data``)."""
     word = wake_word_of(model)
@@ -275,8 +266,12 @@ def check_wakenet_model(model: Mapping[str, Bytes]) -> str:
 
 
 def printable(text: str) -> bool:
-    """No control, format (direction marks), surrogate, private or unassigned character, and no emoji."""
-    return all(unicodedata.category(ch)[0] != "C" and unicodedata.category(ch) != "So" for ch in text)
+    """Printable as device-given names must be (``mcp.safe_name``), and no emoji.
+
+    No control, format or direction characters; no emoji either, since the device's font has none
+    and a wake word is shown on its screen.
+    """
+    return safe_name(text) and all(unicodedata.category(ch) != "So" for ch in text)
 
 
 @dataclass(frozen=True, slots=True)
