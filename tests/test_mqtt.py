@@ -5,6 +5,7 @@ the firmware's ``mqtt_protocol.cc``; it boots through the real OTA endpoint.
 """
 
 import asyncio
+import collections
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -386,24 +387,28 @@ async def test_connect_flood_is_bounded(hub: XiaozhiHub, make_mqtt: MqttFactory)
 async def test_sockets_kept_topped_up_from_the_devices_address_never_keep_it_out(
     hub: XiaozhiHub, make_mqtt: MqttFactory
 ) -> None:
-    """A host behind the device's NAT keeps 200 idle sockets open, reopening each one that is closed,
-    as fast as it can: the device's CONNECT gets in every time, and its slot is never taken."""
+    """A host behind the device's NAT keeps 200 idle sockets open and keeps them young: it closes its
+    oldest and opens a new one without pause, so none is ever a second old (the round-five attack).
+    The device's CONNECT gets in every time, and no slot is taken from a connection that sent one."""
     assert hub.mqtt is not None
-    held: list[asyncio.StreamWriter] = []
+    held: collections.deque[asyncio.StreamWriter] = collections.deque()
     stop = asyncio.Event()
 
-    async def top_up() -> None:
+    async def keep_young() -> None:
         while not stop.is_set():
-            held[:] = [writer for writer in held if not writer.is_closing() and not writer.transport.is_closing()]
-            while len(held) < 200:
-                held.append((await _raw(hub))[1])
-            await asyncio.sleep(0)
+            held.append((await _raw(hub))[1])
+            while len(held) > 200:
+                held.popleft().close()
+            await asyncio.sleep(0.002)
 
-    flooder = asyncio.create_task(top_up())
+    flooder = asyncio.create_task(keep_young())
     try:
+        while len(held) < 200:  # noqa: ASYNC110 - the flood builds up first
+            await asyncio.sleep(0.01)
         for _ in range(5):
-            device = await make_mqtt()
-            await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
+            async with asyncio.timeout(10):
+                device = await make_mqtt()
+                await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
             assert device.online.is_set()
             await device.drop()
             await wait_for(hub.devices[MAC], lambda d: d.connection is None)

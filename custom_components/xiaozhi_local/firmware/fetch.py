@@ -40,6 +40,12 @@ def _short(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path}"[:200]
 
 
+def redirect_allowed(source: str, target: str) -> bool:
+    """The one redirect rule: to ``http(s)`` on any host, never from ``https`` down to ``http``."""
+    scheme = urlsplit(target).scheme
+    return scheme in ("http", "https") and not (urlsplit(source).scheme == "https" and scheme != "https")
+
+
 @contextlib.asynccontextmanager
 async def async_open(
     hass: HomeAssistant, url: str, *, limit: int, timeout: aiohttp.ClientTimeout
@@ -51,8 +57,8 @@ async def async_open(
             async with session.get(url, timeout=timeout, allow_redirects=False) as response:
                 if response.status in REDIRECTS and (location := response.headers.get("Location")):
                     target = urljoin(url, location)
-                    scheme = urlsplit(target).scheme
-                    if scheme not in ("http", "https") or (urlsplit(url).scheme == "https" and scheme != "https"):
+                    if not redirect_allowed(url, target):
+                        scheme = urlsplit(target).scheme
                         raise SourceUnavailable(f"{_short(url)} redirects to a {scheme or 'relative'} address")
                     url = target
                     continue
