@@ -101,3 +101,87 @@ async def test_a_failing_background_task_is_logged_once_with_its_name(
     assert len(lines) == 1
     assert lines[0].exc_info is not None
     assert "something of ours broke" in str(lines[0].exc_info[1])
+
+
+async def _tokens_left_subentries(hass: HomeAssistant, entry: MockConfigEntry) -> bool:
+    for _ in range(200):
+        await hass.async_block_till_done(wait_background_tasks=True)
+        if not any(CONF_TOKEN in sub.data for sub in entry.subentries.values()):
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def test_a_bulk_pairing_of_300_devices_keeps_every_token_once(
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    client: Any,
+    hass_storage: dict[str, Any],
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """300 new devices check in at once while the hub accepts them without a code: each pairing
+    updates the entry (its listener runs), and each asks for a save. No save starts inside another,
+    none fails, and each token is on disk in the journal and nowhere else."""
+    from custom_components.xiaozhi_local.const import CONF_ACCEPT_WITHOUT_CODE, CONF_NEW_PER_HOUR, OTA_PATH
+
+    errors: list[Any] = []
+    hass.loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    hass.config_entries.async_update_entry(
+        setup_integration, options={CONF_ACCEPT_WITHOUT_CODE: True, CONF_NEW_PER_HOUR: 1000}
+    )
+    await hass.async_block_till_done()
+    macs = [_mac(0x10000 + index) for index in range(300)]
+
+    async def check_in(mac: str) -> str:
+        resp = await client.post(OTA_PATH, json={"version": 2}, headers={"Device-Id": mac, "Client-Id": f"c-{mac}"})
+        assert resp.status == 200, await resp.text()
+        return str((await resp.json())["websocket"]["token"])
+
+    handed = dict(zip(macs, await asyncio.gather(*(check_in(mac) for mac in macs)), strict=True))
+    assert await _tokens_left_subentries(hass, setup_integration)
+    assert errors == []
+    assert "RecursionError" not in capfd.readouterr().err
+    paired = {sub.data["mac"] for sub in setup_integration.subentries.values()}
+    assert set(macs) <= paired
+    on_disk = hass_storage[f"{DOMAIN}.{setup_integration.entry_id}.identities"]["data"]["devices"]
+    assert {mac: on_disk[mac]["token"] for mac in macs} == handed
+
+
+async def test_a_stop_in_the_middle_of_the_saves_loses_no_token(
+    hass: HomeAssistant, config_entry: MockConfigEntry, hass_storage: dict[str, Any]
+) -> None:
+    """The hub unloads (Home Assistant stops) while tokens are leaving 500 subentries: every device
+    has its token after the next start, from its subentry or from the journal on disk."""
+    from custom_components.xiaozhi_local import storage
+
+    tokens = {sub.data["mac"]: sub.data[CONF_TOKEN] for sub in config_entry.subentries.values()}
+    original = storage.HubStorage.async_save_identities
+
+    async def skipped(self: Any, stopping: Any) -> None:
+        """The first save, overtaken (the upgrade's shape)."""
+
+    storage.HubStorage.async_save_identities = skipped  # type: ignore[method-assign]
+    try:
+        config_entry.add_to_hass(hass)
+        assert await hass.config_entries.async_setup(config_entry.entry_id)
+        await hass.async_block_till_done(wait_background_tasks=True)
+    finally:
+        storage.HubStorage.async_save_identities = original  # type: ignore[method-assign]
+    config_entry.runtime_data.async_sync_devices()  # the saves start
+    for _ in range(50):  # until some tokens have left their subentries, and some not yet
+        await asyncio.sleep(0)
+        if sum(CONF_TOKEN not in sub.data for sub in config_entry.subentries.values()) >= 20:
+            break
+    left = sum(CONF_TOKEN not in sub.data for sub in config_entry.subentries.values())
+    assert 0 < left < DEVICES, left
+    assert await hass.config_entries.async_unload(config_entry.entry_id)
+    await hass.async_block_till_done(wait_background_tasks=True)
+    journal = hass_storage[f"{DOMAIN}.{config_entry.entry_id}.identities"]["data"]["devices"]
+    for sub in config_entry.subentries.values():  # what is on disk now: one place or the other
+        mac = sub.data["mac"]
+        assert sub.data.get(CONF_TOKEN, journal.get(mac, {}).get("token")) == tokens[mac], mac
+    assert await hass.config_entries.async_setup(config_entry.entry_id)
+    await hass.async_block_till_done(wait_background_tasks=True)
+    hub = config_entry.runtime_data
+    assert {mac: hub.devices[mac].token for mac in tokens} == tokens
+    assert await _tokens_left_subentries(hass, config_entry)
