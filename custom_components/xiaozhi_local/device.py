@@ -48,6 +48,7 @@ from .protocol.mcp import (
     ToolResult,
 )
 from .readings import REPORT_SAVE_DELAY, DeviceValues
+from .restarts import OwedRestarts
 from .tasks import watched
 from .tool_map import canonical_tools
 from .values import DeviceCache, PendingSetting
@@ -131,10 +132,8 @@ class XiaozhiDevice:
         """What it sends as ``listen detect`` text for that wake word (the satellite takes it as one)."""
         self.last_wake_word: str | None = None
         self.heard_wake_words = 0  # ``listen detect`` messages since start (a change is verified by the next)
-        self.transport_restart_sent = False  # restarted for its transport since that answer
-        self.restart_at_end = False  # on WebSocket, restart it when its conversation ends (transport.py)
-        self.install_at_end = False  # the same, for firmware that waits for it (firmware/installer.py)
-        self.assets_at_end = False  # the same, for a new wake word that waits for it (wake_words.py)
+        self.restarts = OwedRestarts()
+        """What its conversation's end owes it instead of a close, and its transport restart (restarts.py)."""
         registry_entry = dr.async_get(hass).async_get_or_create(
             config_entry_id=entry_id,
             config_subentry_id=subentry.subentry_id,
@@ -365,7 +364,7 @@ class XiaozhiDevice:
     @callback
     def async_told(self, transport: str, *, follows: bool = True) -> None:
         """Its OTA answer named this transport: a device that ``follows`` it uses it from this boot on."""
-        self.transport_restart_sent = False
+        self.restarts.answered()
         if self.picks_transport == follows:
             self.picks_transport = not follows
             self._persist(REPORT_SAVE_DELAY)

@@ -20,7 +20,6 @@ from typing import Any
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers.event import async_call_later
 
-from . import transport
 from .channel import Channel
 from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION, EVENT_TOOL_ERROR
 from .device import XiaozhiDevice
@@ -138,15 +137,15 @@ class DeviceLink:
     async def async_end_conversation(self, reason: str) -> None:
         """End the conversation the way the device understands (WebSocket: close the socket).
 
-        A device that must move to the other transport (transport.py), or for which firmware waits
-        (firmware/installer.py), is restarted instead: it closes the socket itself, checks OTA at boot and
-        comes back on the transport chosen, or installs the firmware its OTA answer carries. Over MQTT
-        the channel ends it with ``goodbye`` and the connection stays.
+        A device that owes a restart (restarts.py: its transport, firmware or a wake word pack waits)
+        is restarted instead: it closes the socket itself, checks OTA at boot and comes back on the
+        transport chosen, or fetches what its OTA answer carries. Over MQTT the channel ends it with
+        ``goodbye`` and the connection stays.
         """
         if await self.channel.async_end_conversation(reason):
             return
         device = self.device
-        if device.connection is self and (why := transport.async_restart_at_end(device)) is not None:
+        if device.connection is self and (why := device.restarts.take()) is not None:
             _LOGGER.info("Restarting %s at the end of its conversation: %s", device.mac, why)
             if await self.async_send_json({"type": "system", "command": "reboot"}):
 

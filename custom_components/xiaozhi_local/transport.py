@@ -26,6 +26,7 @@ from homeassistant.core import HomeAssistant, callback
 
 from .const import CONF_MQTT, CONF_TRANSPORT, TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
 from .device import XiaozhiDevice
+from .restarts import Reason
 
 if TYPE_CHECKING:
     from .hub import XiaozhiHub
@@ -72,7 +73,7 @@ def state(hub: XiaozhiHub, device: XiaozhiDevice) -> TransportState:
     if current is None or device.picks_transport or (link is not None and not _follows(device, current)):
         # Never told, or a client that picks its own transport (connected or not): no change waits for it.
         return TransportState(link.transport_name) if link is not None else TransportState.OFFLINE
-    if current != want and not device.transport_restart_sent:
+    if current != want and not device.restarts.transport_sent:
         return TransportState.TO_MQTT if want == TRANSPORT_MQTT else TransportState.TO_WEBSOCKET
     return TransportState(current) if link is not None else TransportState.OFFLINE
 
@@ -85,19 +86,19 @@ def async_follow(hass: HomeAssistant, hub: XiaozhiHub, device: XiaozhiDevice) ->
     WebSocket it only marks the device: the end of the conversation restarts it (``link.py``).
     """
     link = device.connection
-    device.restart_at_end = False
-    if link is None or device.transport_restart_sent or hub.stopping:
+    device.restarts.settle(Reason.TRANSPORT)
+    if link is None or device.restarts.transport_sent or hub.stopping:
         return
     current = link.transport_name
     want = wanted(hub, device)
     if current == want or not _follows(device, current):
         return
     if current == TRANSPORT_WEBSOCKET:
-        device.restart_at_end = True
+        device.restarts.owe(Reason.TRANSPORT)
         return
     if link.conversation_open or (device.voice is not None and device.voice.busy):
         return  # in a conversation: once it is over (the channel's close tells again)
-    device.transport_restart_sent = True
+    device.restarts.sent_for_transport()
     _LOGGER.info("Restarting %s: it is on %s, its connection choice is %s", device.name, current, want)
     hub.entry.async_create_background_task(
         hass, device.async_restart_quietly(), f"xiaozhi_local transport {device.mac}"
@@ -129,24 +130,3 @@ def mqtt_in_use(entry: ConfigEntry) -> bool:
     return bool(entry.options.get(CONF_MQTT, True)) or any(
         sub.data.get(CONF_TRANSPORT) == TRANSPORT_MQTT for sub in entry.subentries.values()
     )
-
-
-@callback
-def async_restart_at_end(device: XiaozhiDevice) -> str | None:
-    """Why a WebSocket device is restarted instead of closed as its conversation ends, or None.
-
-    The end of the conversation is the only moment Home Assistant can reach such a device: a
-    restart makes it check OTA at boot, which moves it to the transport chosen, or hands it the
-    firmware that waits for it (firmware/installer.py). Asked once: the reason is used up.
-    """
-    if device.restart_at_end:
-        device.transport_restart_sent = True
-        why = "its connection choice changed"
-    elif device.install_at_end:
-        why = "firmware waits for it"
-    elif device.assets_at_end:
-        why = "a new wake word waits for it"
-    else:
-        return None
-    device.restart_at_end = device.install_at_end = device.assets_at_end = False
-    return why

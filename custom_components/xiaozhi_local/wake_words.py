@@ -47,6 +47,7 @@ from .protocol.assets import (
     with_wakenet,
 )
 from .protocol.mcp import McpError
+from .restarts import Reason
 from .wake_word_catalog import CATALOG, WakeModel, chips_of
 from .wake_word_files import ENGINE_MULTINET, FOLDER, WakeWordFiles
 
@@ -214,7 +215,7 @@ class WakeWords:
     @callback
     def async_cancel(self, device: XiaozhiDevice) -> None:
         """A change under way for the device ends (a new choice, or the device removed)."""
-        device.assets_at_end = False
+        device.restarts.settle(Reason.WAKE_WORD)
         if (job := self.jobs.pop(device.mac, None)) is not None:
             if job.phase in (Phase.WAITING, Phase.RESTARTING, Phase.DOWNLOADING):
                 device.expected_wake_word = job.previous[1]  # the new pack never arrived
@@ -264,7 +265,7 @@ class WakeWords:
         per_conversation = link is not None and link.conversation_is_connection
         if per_conversation:
             # WebSocket: the end of its conversation is the one moment it can be restarted (transport.py).
-            device.assets_at_end = True
+            device.restarts.owe(Reason.WAKE_WORD)
         elif not await self._async_wait(job, lambda: device.conversation is None, IDLE_WAIT):
             self.async_fail(job, "the device was never idle")
             return

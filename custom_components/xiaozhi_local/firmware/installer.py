@@ -39,6 +39,7 @@ from ..device import XiaozhiDevice
 from ..errors import translated_error
 from ..protocol.firmware import BoardFacts, FirmwareError, is_newer
 from ..protocol.mcp import McpConnectionError, McpError, McpRemoteError, McpTimeoutError
+from ..restarts import Reason
 from ..tool_map import STATUS
 from .catalog import FirmwareCatalog
 from .downloads import Downloads
@@ -269,7 +270,7 @@ class FirmwareUpdates:
                 # Over WebSocket Home Assistant ends a conversation by closing the socket, before a
                 # tool could be called: the end restarts the device instead, and the OTA answer of
                 # its boot carries the firmware (as a transport switch does, link.py).
-                device.install_at_end = True
+                device.restarts.owe(Reason.FIRMWARE)
                 try:
                     await job.async_wait(
                         job.started,
@@ -278,7 +279,7 @@ class FirmwareUpdates:
                         until=lambda: not device.connected,
                     )
                 finally:
-                    device.install_at_end = False
+                    device.restarts.settle(Reason.FIRMWARE)
                 continue  # restarted (its boot fetches it), or gone by itself (its next boot or talk)
             job.via_ota = False
 
