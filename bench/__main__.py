@@ -14,6 +14,9 @@
 
 ``pairing [N]``: N pairing-only sessions (8,000) from one pending token, 100 at a time (``bench/pairing.py``).
 
+``soak``: a home's month compressed into hours, with HA restarts, memory attributed (``bench/soak.py``;
+``--minutes``, ``--restarts``, ``--warmup``, ``--devices``); its report goes to ``bench/results/``.
+
 ``fuzz``: hostile frames through the protocol layer (see ``bench/fuzz.py``).
 
 ``audio``: the voice audio path.
@@ -50,6 +53,7 @@ from .load import load, pct
 from .media import media_load
 from .mqtt import mqtt_load
 from .pairing import pairing_run
+from .soak import soak_run
 from .talkers import talkers
 
 ROOT = Path(__file__).parent
@@ -207,7 +211,7 @@ HEADER = (
     "# Benchmarks\n\nFigures from one run of one command, so they can be compared next time. "
     "They are not part of the test run.\n\n"
     "Reproduce: `script/bench` (all of them), or "
-    "`script/bench audio|fuzz|load|mqtt|talkers|firmware|media|flood|crash`.\n"
+    "`script/bench audio|fuzz|load|mqtt|talkers|firmware|media|flood|pairing|crash|soak`.\n"
 )
 
 
@@ -228,7 +232,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
         "which",
-        choices=["audio", "fuzz", "load", "mqtt", "talkers", "crash", "firmware", "media", "flood", "pairing", "all"],
+        choices=[
+            *("audio", "fuzz", "load", "mqtt", "talkers", "crash", "firmware", "media"),
+            *("flood", "pairing", "soak", "all"),
+        ],
     )
     parser.add_argument(
         "count",
@@ -249,6 +256,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="audio per paced stream")
     parser.add_argument("--frames", type=int, default=100_000, help="hostile frames for fuzz")
     parser.add_argument("--seed", type=int, default=0, help="seed of the hostile frames")
+    parser.add_argument("--minutes", type=float, default=180.0, help="soak: how long")
+    parser.add_argument("--restarts", type=int, default=2, help="soak: Home Assistant restarts, evenly spread")
+    parser.add_argument("--warmup", type=float, default=15.0, help="soak: minutes of each segment not measured")
     parser.add_argument("--no-write", action="store_true", help="print only; do not update bench/README.md")
     args = parser.parse_args()
     reports: list[str] = []
@@ -294,6 +304,18 @@ def main() -> int:
         reports.append(asyncio.run(flood_run(connections=args.count or 10_000, devices=20, hold=60.0, port=args.port)))
     if args.which in ("pairing", "all"):
         reports.append(asyncio.run(pairing_run(sessions=args.count or 8000, concurrency=100, port=args.port)))
+    if args.which == "soak":  # hours: not part of "all"
+        reports.append(
+            asyncio.run(
+                soak_run(
+                    minutes=args.minutes,
+                    devices=args.count or 180,
+                    restarts=args.restarts,
+                    warmup=args.warmup,
+                    port=args.port,
+                )
+            )
+        )
     if args.which in ("crash", "all"):
         report, intact = asyncio.run(crash(args.trials, args.port, args.seed))
         failed = failed or not intact

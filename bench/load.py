@@ -166,7 +166,7 @@ class Run:
     async def start(self) -> None:
         if self.http is not None:  # a restart
             await self.http.close()
-        log = (self.config.parent / "ha.log").open("w")
+        log = (self.config.parent / "ha.log").open("a")  # kept across restarts
         self.process = await asyncio.create_subprocess_exec(
             self.python, "-m", "homeassistant", "--config", str(self.config), "--skip-pip",
             stdout=log, stderr=asyncio.subprocess.STDOUT,

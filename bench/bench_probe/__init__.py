@@ -9,11 +9,15 @@ makes them the preferred pipeline's engines; the probe then also serves their ti
 
 import asyncio
 from collections import Counter
+import contextlib
+import ctypes
+import gc
 import os
 from pathlib import Path
 import sys
 import threading
 import time
+import tracemalloc
 from typing import Any
 
 from aiohttp import web
@@ -120,6 +124,83 @@ def _memory() -> dict[str, int]:
     return {"rss_kb": before, "gc_objects": freed, "after_gc_kb": collected, "after_trim_kb": _rss_kb()}
 
 
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (2.33+): what its allocator holds, in bytes."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost"
+        )
+    ]  # fmt: skip
+
+
+def _native() -> dict[str, int]:
+    """Native memory: the kernel's view (``smaps_rollup``, kB), glibc's (``mallinfo2``, bytes) and
+    SQLite's own count of what it allocated (the recorder's page cache lives there)."""
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]:
+            key, _, value = line.partition(":")
+            if key in ("Rss", "Anonymous", "Private_Dirty", "Shared_Clean", "Private_Clean", "Swap"):
+                out[f"smaps_{key.lower()}_kb"] = int(value.split()[0])
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        info = libc.mallinfo2()
+        out["malloc_arena_b"] = info.arena  # from the heap (brk)
+        out["malloc_mmap_b"] = info.hblkhd  # large blocks, mapped one by one
+        out["malloc_in_use_b"] = info.uordblks
+        out["malloc_free_b"] = info.fordblks  # held by glibc, free for the next allocation
+    with contextlib.suppress(OSError, AttributeError, ImportError):
+        import _sqlite3  # noqa: PLC0415
+
+        lib = ctypes.CDLL(_sqlite3.__file__)  # its symbols, and those of the libsqlite3 it links
+        lib.sqlite3_memory_used.restype = ctypes.c_int64
+        lib.sqlite3_memory_highwater.restype = ctypes.c_int64
+        lib.sqlite3_memory_highwater.argtypes = [ctypes.c_int]
+        out["sqlite_used_b"] = lib.sqlite3_memory_used()
+        out["sqlite_highwater_b"] = lib.sqlite3_memory_highwater(0)
+    return out
+
+
+class Heap:
+    """Python's heap by file (``tracemalloc``, on when ``BENCH_TRACEMALLOC`` is set) against a
+    baseline the bench takes after its warm-up; and objects alive by kind."""
+
+    def __init__(self) -> None:
+        self.baseline: dict[str, int] = {}
+
+    @staticmethod
+    def by_file() -> dict[str, int]:
+        if not tracemalloc.is_tracing():
+            return {}
+        stats = tracemalloc.take_snapshot().statistics("filename")
+        return {"/".join(Path(s.traceback[0].filename).parts[-3:]): s.size for s in stats}
+
+    def attribute(self, baseline: bool) -> dict[str, Any]:
+        files = self.by_file()
+        if baseline or not self.baseline:
+            self.baseline = files
+        growth = {name: size - self.baseline.get(name, 0) for name, size in files.items()}
+        kinds: Counter[str] = Counter()
+        for obj in gc.get_objects():
+            module = type(obj).__dict__.get("__module__") or type(obj).__module__
+            if isinstance(module, str) and module.startswith(("av.", "custom_components.xiaozhi_local")):
+                kinds[f"{module}.{type(obj).__qualname__}"] += 1
+        return {
+            "native": _native(),
+            "traced_b": tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else None,
+            "tracemalloc_own_b": tracemalloc.get_tracemalloc_memory() if tracemalloc.is_tracing() else None,
+            "heap_top": dict(sorted(files.items(), key=lambda kv: -kv[1])[:15]),
+            "heap_growth": dict(sorted(growth.items(), key=lambda kv: -abs(kv[1]))[:15]),
+            "allocated_blocks": sys.getallocatedblocks(),
+            "gc_objects": len(gc.get_objects()),
+            "av_objects": sum(n for kind, n in kinds.items() if kind.startswith("av.")),
+            "objects": dict(kinds.most_common(20)),
+        }
+
+
 def _process() -> tuple[int, int]:
     return _rss_kb(), len(os.listdir("/proc/self/fd"))
 
@@ -174,6 +255,7 @@ class ProbeView(HomeAssistantView):
     def __init__(self, lag: Lag, profile: Profile | None) -> None:
         self.lag = lag
         self.profile = profile
+        self.heap = Heap()
 
     async def get(self, request: web.Request) -> web.Response:
         hass = request.app[KEY_HASS]
@@ -215,6 +297,8 @@ class ProbeView(HomeAssistantView):
             data["profile"] = self.profile.top()
         if request.query.get("memory"):
             data["memory"] = await hass.async_add_executor_job(_memory)
+        if attribution := request.query.get("attribution"):  # on the loop: nothing moves meanwhile
+            data["attribution"] = self.heap.attribute(baseline=attribution == "baseline")
         if request.query.get("reset"):
             samples.clear()
             if self.profile is not None:
@@ -224,6 +308,8 @@ class ProbeView(HomeAssistantView):
 
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     """Start sampling, serve the view, write a token."""
+    if os.environ.get("BENCH_TRACEMALLOC") and not tracemalloc.is_tracing():
+        tracemalloc.start(1)
     lag = Lag()
     hass.async_create_background_task(lag.run(), "bench_probe lag")
     profile = None
