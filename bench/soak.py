@@ -373,18 +373,25 @@ class Soak:
             "fleet": len(self.fleet.mqtt) + len(self.fleet.websocket),
         }
 
-    async def attribute(self, started: float, segment: int, *, baseline: bool) -> dict[str, Any]:
+    async def attribute(self, started: float, segment: int, *, baseline: bool) -> list[dict[str, Any]]:
+        """Where memory lives now (a list of one; none if the probe could not say: the run goes on)."""
         assert self.run.http is not None
         params = {"attribution": "baseline" if baseline else "1"}
-        async with self.run.http.get(f"{self.run.base}/api/bench_probe", params=params) as resp:
-            data = await resp.json()
-        return {
-            "minute": round((time.monotonic() - started) / 60, 2),
-            "segment": segment,
-            "baseline": baseline,
-            "rss_mb": data["rss_kb"] / 1024,
-            **data["attribution"],
-        }
+        try:
+            async with self.run.http.get(f"{self.run.base}/api/bench_probe", params=params) as resp:
+                data = await resp.json()
+        except Exception as err:  # noqa: BLE001 - reported, not fatal to hours of work
+            print(f"soak: no attribution: {type(err).__name__}: {err}", flush=True)
+            return []
+        return [
+            {
+                "minute": round((time.monotonic() - started) / 60, 2),
+                "segment": segment,
+                "baseline": baseline,
+                "rss_mb": data["rss_kb"] / 1024,
+                **data["attribution"],
+            }
+        ]
 
     async def restart(self) -> float:
         """HA stops and starts (the devices reconnect on their own); seconds until the fleet is back."""
@@ -396,7 +403,10 @@ class Soak:
         await self.run.stop()
         await self.run.start()
         fleet = len(self.fleet.mqtt) + len(self.fleet.websocket)
-        await self.run.wait("ready", lambda ready: ready >= fleet - 2, 300)
+        try:
+            await self.run.wait("ready", lambda ready: ready >= fleet - 2, 300)
+        except TimeoutError as err:  # reported with the comeback's time; the work goes on
+            print(f"soak: the fleet did not come back: {err}", flush=True)
         back = time.monotonic() - stopped
         await self.refresh()
         self.running.set()
@@ -453,7 +463,12 @@ async def soak_run(*, minutes: float, devices: int, restarts: int, warmup: float
         segment, segment_start, attributed = 0, 0.0, -1.0
         while (minute := (time.monotonic() - started) / 60) < minutes:
             await asyncio.sleep(60 - (time.monotonic() - started) % 60)
-            samples.append(s := await soak.sample(started, segment))
+            try:
+                samples.append(s := await soak.sample(started, segment))
+            except Exception as err:  # noqa: BLE001 - HA busy or restarting: the next minute says
+                print(f"soak: no sample: {type(err).__name__}: {err}", flush=True)
+                continue
+            (workdir / "samples.json").write_text(json.dumps({"samples": samples, "attributions": attributions}))
             print(
                 f"soak {s['minute']:6.1f} min seg {segment}: RSS {s['rss_mb']:.0f} MB, threads {s['threads']}, "
                 f"tasks {s['tasks']}, fds {s['fds']}, lag p99 {s['lag_p99_ms']:.1f} ms, "
@@ -464,17 +479,17 @@ async def soak_run(*, minutes: float, devices: int, restarts: int, warmup: float
             warm = minute - segment_start >= warmup
             # The baseline half-way through the warm-up: the snapshot's own memory stays out of the slopes.
             if minute - segment_start >= warmup / 2 and attributed < segment_start:
-                attributions.append(await soak.attribute(started, segment, baseline=True))
+                attributions.extend(await soak.attribute(started, segment, baseline=True))
                 attributed = minute
             elif warm and minute - attributed >= ATTRIBUTE_EVERY:
-                attributions.append(await soak.attribute(started, segment, baseline=False))
+                attributions.extend(await soak.attribute(started, segment, baseline=False))
                 attributed = minute
             if restart_at and minute >= restart_at[0]:
                 restart_at.pop(0)
-                attributions.append(await soak.attribute(started, segment, baseline=False))
+                attributions.extend(await soak.attribute(started, segment, baseline=False))
                 comebacks.append(await soak.restart())
                 segment, segment_start = segment + 1, (time.monotonic() - started) / 60
-        attributions.append(await soak.attribute(started, segment, baseline=False))
+        attributions.extend(await soak.attribute(started, segment, baseline=False))
     finally:
         for worker in workers:
             worker.cancel()
