@@ -4,10 +4,7 @@ Transports (``mqtt.py``, ``http.py`` and the views) get this narrow interface, n
 ask who a device is, run its connection, and name the addresses devices use. The hub implements it.
 """
 
-import asyncio
 from enum import StrEnum
-import hmac
-import secrets
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -48,27 +45,3 @@ class DeviceGate(Protocol):
 
     def vision_url(self) -> str:
         """Where camera boards upload photos."""
-
-
-class ExpiringToken:
-    """A short-lived secret (camera uploads): one at a time, checked in constant time."""
-
-    def __init__(self, ttl: float, loop: asyncio.AbstractEventLoop) -> None:
-        self._ttl = ttl
-        self._loop = loop
-        self._token: tuple[str, float] | None = None  # token, expiry (loop time)
-
-    def async_new(self) -> str:
-        """A new token (the previous one is no longer valid)."""
-        token = secrets.token_urlsafe(24)
-        self._token = (token, self._loop.time() + self._ttl)
-        return token
-
-    def check(self, token: str) -> bool | None:
-        """True valid, None the right token but expired, False wrong (or none issued)."""
-        if self._token is None:
-            return False
-        expected, expires = self._token
-        if not hmac.compare_digest(expected.encode(), token.encode()):
-            return False
-        return True if self._loop.time() < expires else None

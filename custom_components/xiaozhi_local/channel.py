@@ -13,13 +13,74 @@ channel also keeps that transport's conversation rules: a device hello opens a U
 """
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Coroutine
+from typing import Any, ClassVar, Protocol
 
+from .protocol.logs import OnceLogger
 from .protocol.messages import ControlMessage
-from .protocol.session import HelloReply
+from .protocol.session import DeviceSession, HelloReply
 
-if TYPE_CHECKING:
-    from .link import DeviceLink
+
+class _Named(Protocol):
+    @property
+    def mac(self) -> str:
+        """The device's MAC."""
+
+    @property
+    def name(self) -> str:
+        """Its name in Home Assistant."""
+
+
+class LinkSide(Protocol):
+    """What a channel may use of the link that carries it (``link.py``'s ``DeviceLink``).
+
+    Its inbound side, the conversation's opening and closing (MQTT), its session's id and rate.
+    """
+
+    session: DeviceSession
+    log: OnceLogger
+
+    @property
+    def device(self) -> _Named:
+        """Whose link it is (for the log and the repairs)."""
+
+    @property
+    def hello_received(self) -> bool:
+        """Whether the device's hello has come."""
+
+    @property
+    def requests_unanswered(self) -> int:
+        """Our requests in a row the device has not answered."""
+
+    async def async_receive_text(self, text: str) -> None:
+        """One JSON message from the device."""
+
+    def receive_binary(self, data: bytes) -> None:
+        """One binary frame from the device."""
+
+    def deliver_audio(self, packet: bytes) -> None:
+        """One uplink Opus packet."""
+
+    def ended(self) -> None:
+        """The connection is gone (called once)."""
+
+    def conversation_opened(self) -> None:
+        """A conversation opened on a connection that outlives them (an MQTT hello)."""
+
+    def conversation_closed(self, *, by_device: bool = False) -> None:
+        """That conversation closed."""
+
+    def channel_changed(self) -> None:
+        """Something the entities show changed."""
+
+    def create_task(self, target: Coroutine[Any, Any, Any], what: str) -> None:
+        """A task of the channel's, tied to the device's config entry."""
+
+    async def async_close(self, reason: str, code: int = 1000) -> None:
+        """End the link."""
+
+    async def async_send_json(self, message: dict[str, Any]) -> bool:
+        """One JSON message to the device."""
 
 
 class Channel(ABC):
@@ -34,13 +95,13 @@ class Channel(ABC):
     """Whether the connection is one conversation (WebSocket: its hello opens it, its close ends it).
     Over MQTT the connection outlives them: each device hello opens one (conversations.py)."""
 
-    link: DeviceLink
+    link: LinkSide
     dropped_frames = 0
     """Frames dropped for coming too fast (diagnostics)."""
     missed_pings = 0
     """Liveness sweeps in a row without a sign of the device (diagnostics)."""
 
-    def attach(self, link: DeviceLink) -> None:
+    def attach(self, link: LinkSide) -> None:
         """The link this channel carries (called once, before anything is received)."""
         self.link = link
 

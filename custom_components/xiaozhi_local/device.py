@@ -21,7 +21,6 @@ from homeassistant.helpers.json import json_bytes
 from homeassistant.helpers.typing import UNDEFINED
 from homeassistant.util import dt as dt_util
 
-from .auth import ExpiringToken
 from .const import (
     CONF_OPEN,
     CONF_SERIAL,
@@ -36,7 +35,7 @@ from .const import (
 )
 from .conversations import Conversation, VoiceHandler
 from .errors import DeviceOfflineError, tool_error, translated_error
-from .limits import TokenBucket
+from .limits import ExpiringToken, TokenBucket
 from .pairing import Identity
 from .protocol.firmware import BoardFacts
 from .protocol.logs import OnceLogger

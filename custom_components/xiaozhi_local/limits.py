@@ -6,13 +6,17 @@
   hour, wrong MQTT credentials a minute from anywhere).
 - ``Strikes``: events per key within a period that starts at the key's first one, for a bounded
   number of keys (wrong MQTT credentials per address).
+- ``ExpiringToken``: a secret valid for a while (a camera board's upload).
 
 Plain Python: the caller passes the time (or a clock), so tests need no real waiting.
 """
 
+import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+import hmac
+import secrets
 import time
 
 
@@ -93,3 +97,27 @@ class Strikes:
 
     def __len__(self) -> int:
         return len(self._keys)
+
+
+class ExpiringToken:
+    """A short-lived secret (camera uploads): one at a time, checked in constant time."""
+
+    def __init__(self, ttl: float, loop: asyncio.AbstractEventLoop) -> None:
+        self._ttl = ttl
+        self._loop = loop
+        self._token: tuple[str, float] | None = None  # token, expiry (loop time)
+
+    def async_new(self) -> str:
+        """A new token (the previous one is no longer valid)."""
+        token = secrets.token_urlsafe(24)
+        self._token = (token, self._loop.time() + self._ttl)
+        return token
+
+    def check(self, token: str) -> bool | None:
+        """True valid, None the right token but expired, False wrong (or none issued)."""
+        if self._token is None:
+            return False
+        expected, expires = self._token
+        if not hmac.compare_digest(expected.encode(), token.encode()):
+            return False
+        return True if self._loop.time() < expires else None

@@ -29,11 +29,10 @@ from .const import MQTT_PUBLISH_TOPIC, mqtt_topic
 from .device import XiaozhiDevice
 from .limits import SlidingWindow, Strikes
 from .link import ClientInfo, DeviceLink
-from .mqtt_channel import READ_SIZE, WRITE_TIMEOUT, MqttChannel
+from .mqtt_channel import READ_SIZE, WRITE_TIMEOUT, MqttChannel, UdpRoutes
 from .protocol import mqtt as codec
 from .protocol.logs import OnceLogger
 from .protocol.messages import normalize_mac
-from .protocol.udp import ssrc_of
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -93,11 +92,11 @@ class MqttEndpoint:
         self.hass = hass
         self.gate = gate
         self.port = port
-        self.udp_port = udp_port
+        self.routes = UdpRoutes(self.send_datagram, gate.device_host)
+        self.routes.port = udp_port
         self.host = host
         self.wanted = (port, udp_port)  # as configured (0: any free port, in tests)
         self.links: set[DeviceLink] = set()
-        self.channels: dict[bytes, MqttChannel] = {}  # by the session tag of their open conversation
         self._server: asyncio.Server | None = None
         self._udp: asyncio.DatagramTransport | None = None
         # Connected, no valid CONNECT yet: by source, and all of them, oldest first (dicts keep order).
@@ -108,7 +107,16 @@ class MqttEndpoint:
         self._recent_guesses = SlidingWindow(4 * MAX_UNAUTHENTICATED, 60.0, clock=hass.loop.time)  # from anywhere
         self.log = OnceLogger("mqtt", _LOGGER)
         self.refused = 0
-        self.udp_blocked = False  # the repair is up
+
+    @property
+    def udp_port(self) -> int:
+        """The UDP port devices send their audio to."""
+        return self.routes.port
+
+    @property
+    def channels(self) -> dict[bytes, MqttChannel]:
+        """Open conversations by their session tag."""
+        return self.routes.channels
 
     @property
     def listening(self) -> bool:
@@ -129,8 +137,8 @@ class MqttEndpoint:
         self._udp = transport
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
-        if self.udp_port == 0:
-            self.udp_port = transport.get_extra_info("sockname")[1]
+        if self.routes.port == 0:
+            self.routes.port = transport.get_extra_info("sockname")[1]
         _LOGGER.info("Listening for devices on MQTT port %s (TCP) and audio port %s (UDP)", self.port, self.udp_port)
         return None
 
@@ -159,18 +167,6 @@ class MqttEndpoint:
             "subscribe_topic": mqtt_topic(device.mac),
         }
 
-    def udp_host(self, writer: asyncio.StreamWriter) -> str:
-        """The IPv4 address the device reached us at (the firmware's UDP socket is IPv4 only)."""
-        sockname = writer.get_extra_info("sockname")
-        address = str(sockname[0]) if sockname else ""
-        with contextlib.suppress(ValueError):
-            ip = ipaddress.ip_address(address)
-            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-                return str(ip.ipv4_mapped)
-            if isinstance(ip, ipaddress.IPv4Address):
-                return address
-        return self.gate.device_host()
-
     def send_datagram(self, data: bytes, addr: tuple[str, int]) -> bool:
         """One datagram out (never blocks; False when the socket is gone)."""
         if self._udp is None or self._udp.is_closing():
@@ -180,7 +176,7 @@ class MqttEndpoint:
 
     def on_datagram(self, data: bytes, addr: tuple[str, int]) -> None:
         """Route by the session tag; anything else is dropped (and counted)."""
-        channel = self.channels.get(ssrc_of(data)) if len(data) >= 8 else None
+        channel = self.routes.route(data)
         if channel is None:
             self.refused += 1
             self.log.report("udp_unknown", f"dropped a datagram from {addr[0]} that belongs to no session")
@@ -287,7 +283,10 @@ class MqttEndpoint:
             writer.close()
             return
         self.links.add(link)
-        await self.gate.async_run_connection(link)
+        try:
+            await self.gate.async_run_connection(link)
+        finally:
+            self.links.discard(link)
 
     async def _async_handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str
@@ -336,7 +335,7 @@ class MqttEndpoint:
         vision = self.gate.vision_url()
         channel = MqttChannel(
             self.hass,
-            self,
+            self.routes,
             mqtt_topic(device.mac),
             reader=reader,
             writer=writer,

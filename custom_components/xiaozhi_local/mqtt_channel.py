@@ -7,9 +7,12 @@ proved and routed by ``protocol/udp.py``'s ``AudioPeer``. See docs/protocol.md Â
 """
 
 import asyncio
+from collections.abc import Callable
+import contextlib
+import ipaddress
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers.event import async_call_later
@@ -18,11 +21,8 @@ from .channel import Channel
 from .protocol import mqtt as codec
 from .protocol.messages import ClientHello, ControlMessage, server_hello
 from .protocol.session import HelloReply
-from .protocol.udp import AudioChannel, AudioPeer, UdpError
+from .protocol.udp import AudioChannel, AudioPeer, UdpError, ssrc_of
 from .repairs import async_udp_arrived, async_udp_blocked
-
-if TYPE_CHECKING:
-    from .mqtt import MqttEndpoint
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -41,6 +41,57 @@ MAX_WRITE_BUFFER: Final = 256 * 1024
 """Bytes queued for a device that does not read before its link is dropped."""
 
 
+class UdpRoutes:
+    """The endpoint's UDP side as its channels use it (the endpoint, ``mqtt.py``, owns it).
+
+    The session tags that route uplink datagrams to their channel (each channel opens and closes
+    its own), the socket downlink audio leaves by, the address and port a server hello names,
+    and whether the "UDP blocked" repair is up.
+    """
+
+    def __init__(self, send: Callable[[bytes, tuple[str, int]], bool], device_host: Callable[[], str]) -> None:
+        self.channels: dict[bytes, MqttChannel] = {}
+        """Open conversations by their session tag."""
+        self.port = 0
+        self.blocked = False
+        """The repair is up: no device's audio has reached the port yet."""
+        self._send = send
+        self._device_host = device_host
+
+    def open(self, channel: MqttChannel, frame_ms: int) -> AudioChannel:
+        """A new conversation of ``channel``: keys and a session tag no other open one has."""
+        audio = AudioChannel(frame_ms=frame_ms)
+        while audio.ssrc in self.channels:  # the tag routes datagrams: unique
+            audio = AudioChannel(frame_ms=frame_ms)
+        self.channels[audio.ssrc] = channel
+        return audio
+
+    def close(self, audio: AudioChannel, channel: MqttChannel) -> None:
+        """``channel``'s conversation ``audio`` is over: its datagrams go nowhere now."""
+        if self.channels.get(audio.ssrc) is channel:
+            del self.channels[audio.ssrc]
+
+    def route(self, data: bytes) -> MqttChannel | None:
+        """The channel an uplink datagram names, or None."""
+        return self.channels.get(ssrc_of(data)) if len(data) >= 8 else None
+
+    def send(self, data: bytes, addr: tuple[str, int]) -> bool:
+        """One datagram out (never blocks; False when the socket is gone)."""
+        return self._send(data, addr)
+
+    def host_for(self, writer: asyncio.StreamWriter) -> str:
+        """The IPv4 address the device reached us at (the firmware's UDP socket is IPv4 only)."""
+        sockname = writer.get_extra_info("sockname")
+        address = str(sockname[0]) if sockname else ""
+        with contextlib.suppress(ValueError):
+            ip = ipaddress.ip_address(address)
+            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+                return str(ip.ipv4_mapped)
+            if isinstance(ip, ipaddress.IPv4Address):
+                return address
+        return self._device_host()
+
+
 class MqttChannel(Channel):
     """One device connected over MQTT, with its UDP audio channel while a conversation is open."""
 
@@ -51,7 +102,7 @@ class MqttChannel(Channel):
     def __init__(
         self,
         hass: HomeAssistant,
-        endpoint: MqttEndpoint,
+        routes: UdpRoutes,
         topic: str,
         *,
         reader: asyncio.StreamReader,
@@ -60,7 +111,7 @@ class MqttChannel(Channel):
         keepalive: int,
     ) -> None:
         self.hass = hass
-        self.endpoint = endpoint
+        self.routes = routes
         self.reader = reader
         self.writer = writer
         self.decoder = decoder
@@ -104,7 +155,6 @@ class MqttChannel(Channel):
             self._close_channel()
             link.ended()
             self.writer.close()
-            self.endpoint.links.discard(link)
 
     async def _async_handle(self, packet: codec.Packet) -> bool:
         """One packet from the device; False ends the link."""
@@ -197,16 +247,13 @@ class MqttChannel(Channel):
     def _hello_reply(self, hello: ClientHello) -> dict[str, Any]:
         """A device hello opens a conversation: new keys, a new session id, the UDP address."""
         self._close_channel()
-        channel = AudioChannel(frame_ms=hello.audio_params.frame_duration)
-        while channel.ssrc in self.endpoint.channels:  # the tag routes datagrams: unique
-            channel = AudioChannel(frame_ms=hello.audio_params.frame_duration)
+        channel = self.routes.open(self, hello.audio_params.frame_duration)
         self.audio = AudioPeer(channel)
-        self.endpoint.channels[channel.ssrc] = self
         session = self.link.session
         session.session_id = secrets.token_hex(8)
         reply = server_hello(session.session_id, session.sample_rate)
         reply["transport"] = "udp"
-        reply["udp"] = channel.hello_fields(self.endpoint.udp_host(self.writer), self.endpoint.udp_port)
+        reply["udp"] = channel.hello_fields(self.routes.host_for(self.writer), self.routes.port)
         self.link.conversation_opened()  # a new one: nothing of the last (its silence) carries over
         return reply
 
@@ -216,8 +263,7 @@ class MqttChannel(Channel):
             self._cancel_udp_check = None
         if self.audio is None:
             return
-        if self.endpoint.channels.get(self.audio.channel.ssrc) is self:
-            del self.endpoint.channels[self.audio.channel.ssrc]
+        self.routes.close(self.audio.channel, self)
         self.audio = None
         self.link.conversation_closed(by_device=by_device)
 
@@ -243,8 +289,8 @@ class MqttChannel(Channel):
             self.link.log.report(f"udp_{err.kind}", f"dropped a datagram from {addr[0]}: {err.detail}")
             return
         if audio.address != was:
-            if was is None and self.endpoint.udp_blocked:
-                self.endpoint.udp_blocked = False
+            if was is None and self.routes.blocked:
+                self.routes.blocked = False
                 async_udp_arrived(self.hass)
             if was is not None:
                 _LOGGER.debug("Device %s now sends audio from %s", self.mac, addr)
@@ -262,7 +308,7 @@ class MqttChannel(Channel):
         except UdpError as err:
             self.link.log.report(f"udp_{err.kind}", err.detail)
             return False
-        return self.endpoint.send_datagram(datagram, peer)
+        return self.routes.send(datagram, peer)
 
     def on_control(self, message: ControlMessage) -> bool:
         """``goodbye`` ends the conversation (the link stays); the rest goes to the satellite."""
@@ -289,10 +335,10 @@ class MqttChannel(Channel):
                     "Device %s talks, but none of its audio reached UDP port %s: a firewall, or Docker "
                     "without host networking, blocks it",
                     self.mac,
-                    self.endpoint.udp_port,
+                    self.routes.port,
                 )
-                self.endpoint.udp_blocked = True
-                async_udp_blocked(self.hass, self.link.device.name, self.endpoint.udp_port)
+                self.routes.blocked = True
+                async_udp_blocked(self.hass, self.link.device.name, self.routes.port)
 
         self._cancel_udp_check = async_call_later(self.hass, UDP_DEADLINE, check)
 

@@ -11,18 +11,16 @@ show the last-known state across disconnects and restarts.
 import asyncio
 from collections.abc import Callable
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from homeassistant.exceptions import HomeAssistantError
 
 from .const import DEFAULT_CALL_TIMEOUT
 from .errors import tool_error, translated_error
-from .protocol.mcp import McpError
+from .protocol.logs import OnceLogger
+from .protocol.mcp import McpError, McpTool, ToolResult
 from .tool_map import QUERY_TOOLS
 from .values import PendingSetting, query_number
-
-if TYPE_CHECKING:
-    from .device import XiaozhiDevice
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -33,12 +31,32 @@ USER_SAVE_DELAY = 0.0
 entity shows it from then on, so a crash right after must not lose it)."""
 
 
+class Readable(Protocol):
+    """What the readings use of their device (``device.py``): its tools, and whether it is connected."""
+
+    mac: str
+    name: str
+    log: OnceLogger
+    tools: dict[str, McpTool]
+    told_transport: str | None
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is up."""
+
+    async def async_call_tool(self, name: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
+        """Call a tool on the live connection."""
+
+    def async_changed(self) -> None:
+        """Tell the entities."""
+
+
 class DeviceValues:
     """One device's last query results and its waiting settings, and the calls that move them."""
 
     def __init__(
         self,
-        device: XiaozhiDevice,
+        device: Readable,
         queries: dict[str, Any],
         pending: dict[str, PendingSetting],
         persist: Callable[[float], None],
@@ -71,7 +89,7 @@ class DeviceValues:
         device = self._device
         async with self._lock:  # one at a time: a later refresh sees later values
             for tool in QUERY_TOOLS:
-                if tool not in device.tools or device.connection is None:
+                if tool not in device.tools or not device.connected:
                     continue
                 try:
                     result = await device.async_call_tool(tool, {}, DEFAULT_CALL_TIMEOUT)
@@ -89,7 +107,7 @@ class DeviceValues:
     async def async_set(self, key: str, tool: str, arguments: dict[str, Any], value: Any) -> None:
         """A setting from an entity. Offline: kept and applied at the next connect."""
         device = self._device
-        if device.connection is None:
+        if not device.connected:
             self.pending[key] = PendingSetting(tool, arguments, value)
             _LOGGER.info(
                 "%s is not connected: %s %s is kept and set when it connects%s",

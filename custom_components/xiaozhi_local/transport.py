@@ -19,7 +19,7 @@ failed, say) is not restarted again until it checks.
 
 from enum import StrEnum
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from homeassistant.config_entries import ConfigEntry
 from homeassistant.core import HomeAssistant, callback
@@ -29,9 +29,28 @@ from .device import XiaozhiDevice
 from .restarts import Reason
 
 if TYPE_CHECKING:
-    from .hub import XiaozhiHub
+    from .mqtt import MqttEndpoint
 
 _LOGGER = logging.getLogger(__name__)
+
+
+class Hub(Protocol):
+    """What the policy reads of the hub (``hub.py``), and nothing else of it."""
+
+    @property
+    def entry(self) -> ConfigEntry:
+        """The hub's entry: its options and the devices' subentries (their choices)."""
+
+    @property
+    def mqtt(self) -> MqttEndpoint | None:
+        """The MQTT endpoint, while it exists."""
+
+    @property
+    def stopping(self) -> bool:
+        """Unloading, or Home Assistant stopping."""
+
+    def device_host(self) -> str:
+        """The host name devices reach Home Assistant by."""
 
 
 class TransportState(StrEnum):
@@ -46,7 +65,7 @@ class TransportState(StrEnum):
     """On MQTT, or off: it moves to WebSocket once its conversation is over, or when it connects."""
 
 
-def wanted(hub: XiaozhiHub, device: XiaozhiDevice) -> str:
+def wanted(hub: Hub, device: XiaozhiDevice) -> str:
     """The transport the device should use now (what its next OTA answer says)."""
     return TRANSPORT_MQTT if mqtt_answer(hub, device) is not None else TRANSPORT_WEBSOCKET
 
@@ -65,7 +84,7 @@ def _follows(device: XiaozhiDevice, current: str) -> bool:
     return told == current
 
 
-def state(hub: XiaozhiHub, device: XiaozhiDevice) -> TransportState:
+def state(hub: Hub, device: XiaozhiDevice) -> TransportState:
     """What the device page shows: the real transport, or the change that waits."""
     want = wanted(hub, device)
     link = device.connection
@@ -79,7 +98,7 @@ def state(hub: XiaozhiHub, device: XiaozhiDevice) -> TransportState:
 
 
 @callback
-def async_follow(hass: HomeAssistant, hub: XiaozhiHub, device: XiaozhiDevice) -> None:
+def async_follow(hass: HomeAssistant, hub: Hub, device: XiaozhiDevice) -> None:
     """Restart the device now if it is on the wrong transport and no conversation is open.
 
     Called whenever the device changes (connected, conversation over, choice changed). Over
@@ -106,7 +125,7 @@ def async_follow(hass: HomeAssistant, hub: XiaozhiHub, device: XiaozhiDevice) ->
 
 
 @callback
-def mqtt_answer(hub: XiaozhiHub, device: XiaozhiDevice) -> dict[str, Any] | None:
+def mqtt_answer(hub: Hub, device: XiaozhiDevice) -> dict[str, Any] | None:
     """The ``mqtt`` object of the device's OTA answer, or None: the device stays on WebSocket.
 
     Only while the endpoint listens: the firmware prefers ``mqtt`` to ``websocket``, so a
