@@ -206,3 +206,37 @@ def test_no_module_is_over_450_lines() -> None:
     sizes = {str(path.relative_to(COMPONENT)): len(path.read_text().splitlines()) for path in COMPONENT.rglob("*.py")}
     assert len(sizes) > 40  # the walk found the package
     assert {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}
+
+
+def device_writes(path: Path) -> list[str]:
+    """Assignments to a device's attributes in ``path`` (``device.x = …``, ``self.device.x += …``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+            else []
+        )
+        for target in targets:
+            for element in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if not isinstance(element, ast.Attribute):
+                    continue
+                owner = element.value
+                if (isinstance(owner, ast.Name) and owner.id == "device") or (
+                    isinstance(owner, ast.Attribute) and owner.attr == "device"
+                ):
+                    found.append(f"{path.name}:{node.lineno} {ast.unparse(element)}")
+    return found
+
+
+def test_only_the_device_writes_its_attributes(tmp_path: Path) -> None:
+    """Other modules tell the device (a method) instead of setting its state: the device says what
+    changes, and whoever listens hears it once (``device.restarts`` is the device's own object)."""
+    writes = [w for path in sorted(COMPONENT.rglob("*.py")) if path.name != "device.py" for w in device_writes(path)]
+    assert writes == []
+    assert device_writes(COMPONENT / "device.py") == []  # it writes ``self.x``, not ``device.x``
+    sample = tmp_path / "sample.py"
+    sample.write_text("def f(device):\n    device.voice = None\n")
+    assert device_writes(sample) == ["sample.py:2 device.voice"]  # the check finds one

@@ -251,14 +251,13 @@ class Admission:
         if device is None or (refusal is Refused.PENDING and not matches):
             return refusal  # an identity still waiting for its code (a paired MAC's new one too)
         if not matches or not token:
-            if device.connection is None:  # while it is connected with its right token, a stranger guesses
-                device.refused_tokens += 1
+            # While it is connected with its right token, a stranger guesses: not counted.
+            refused = device.count_refused_token() if device.connection is None else device.refused_tokens
             # The bookkeeping after the answer: refusing a paired MAC's wrong token costs what
             # refusing an unknown MAC does, so its timing tells nobody what is paired.
-            self.hass.loop.call_soon(self._async_token_refused, device, refusal, device.refused_tokens)
+            self.hass.loop.call_soon(self._async_token_refused, device, refusal, refused)
             return refusal
-        if device.refused_tokens:
-            device.refused_tokens = 0
+        if device.accept_token():
             async_token_accepted(self.hass, mac)
         return device
 

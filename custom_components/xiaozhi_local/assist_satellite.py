@@ -75,7 +75,7 @@ class XiaozhiAssistSatellite(PlaybackMixin, ListeningMixin):
     async def async_added_to_hass(self) -> None:
         """Take the device's voice; handle the timers set by talking to it."""
         await super().async_added_to_hass()
-        self.device.voice = self
+        self.device.async_set_voice(self)
         device_id = self.registry_entry.device_id if self.registry_entry is not None else None
         if device_id:
             # Without a handler for the device, HA answers "timers are not supported on this device".
@@ -83,8 +83,7 @@ class XiaozhiAssistSatellite(PlaybackMixin, ListeningMixin):
 
         @callback
         def release() -> None:
-            if self.device.voice is self:
-                self.device.voice = None
+            self.device.async_release_voice(self)
             self._cancel_deferred_detect()
             if self._run is not None:
                 self._run.cancel()

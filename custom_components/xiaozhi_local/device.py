@@ -97,7 +97,8 @@ class XiaozhiDevice:
         self.voice: VoiceHandler | None = None  # the assist satellite, once it exists
         self.server_info = ServerInfo()
         self.last_seen: datetime | None = None
-        self.refused_tokens = 0  # connections refused in a row for a wrong token (a repair issue at 5)
+        self.refused_tokens = 0
+        """Connections refused in a row for a wrong token (admission.py: a repair issue at 5)."""
         self.log = OnceLogger(self.mac, _LOGGER)  # each kind of problem is logged once per device
         self._persist = persist or (lambda _delay: None)
         self._notifications = TokenBucket(NOTIFICATION_RATE, NOTIFICATION_BURST)
@@ -250,6 +251,36 @@ class XiaozhiDevice:
         self.last_wake_word = text[:64]
         self.heard_wake_words += 1
         self.async_changed()
+
+    def expect_wake_word(self, phrase: str | None) -> None:
+        """What it will send as ``listen detect`` text for its wake word (a change under way, or undone)."""
+        self.expected_wake_word = phrase
+
+    @callback
+    def async_set_voice(self, voice: VoiceHandler) -> None:
+        """Its assist satellite exists: it takes the device's voice."""
+        self.voice = voice
+
+    @callback
+    def async_release_voice(self, voice: VoiceHandler) -> None:
+        """That satellite is removed (another may have taken the voice meanwhile)."""
+        if self.voice is voice:
+            self.voice = None
+
+    @callback
+    def async_seen_at(self, address: str) -> None:
+        """Its OTA check came from ``address`` (a wake word pack is handed only there)."""
+        self.address = address
+
+    def count_refused_token(self) -> int:
+        """A connection was refused for a wrong token; how many in a row now."""
+        self.refused_tokens += 1
+        return self.refused_tokens
+
+    def accept_token(self) -> bool:
+        """Its right token came; whether wrong ones had come before (their repair issue goes)."""
+        had, self.refused_tokens = self.refused_tokens, 0
+        return had > 0
 
     @callback
     def async_set_wake_word(self, option: str | None, phrase: str | None) -> None:

@@ -39,7 +39,7 @@ def async_apply_report(device: XiaozhiDevice, report: DeviceReport, address: str
     looked up again.
     """
     if address:
-        device.address = address
+        device.async_seen_at(address)
     registry = dr.async_get(device.hass)
     known = registry.async_get(device.device_id)
     changes = {

@@ -203,7 +203,7 @@ class WakeWords:
             raise translated_error("wake_word_refused", device=device.name, reason=result.text[:200])
         self.jobs[device.mac] = job
         job.previous = (device.chosen_wake_word, device.expected_wake_word)
-        device.expected_wake_word = job.word  # its first wake after the restart is no typed question
+        device.expect_wake_word(job.word)  # its first wake after the restart is no typed question
         job.task = device.async_create_task(
             self._async_follow(job), f"xiaozhi_local wake word {device.mac}", background=True
         )
@@ -218,7 +218,7 @@ class WakeWords:
         device.restarts.settle(Reason.WAKE_WORD)
         if (job := self.jobs.pop(device.mac, None)) is not None:
             if job.phase in (Phase.WAITING, Phase.RESTARTING, Phase.DOWNLOADING):
-                device.expected_wake_word = job.previous[1]  # the new pack never arrived
+                device.expect_wake_word(job.previous[1])  # the new pack never arrived
             self._forget_urls(job)
             if job.task is not None:
                 job.task.cancel()
