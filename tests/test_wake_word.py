@@ -679,3 +679,22 @@ async def test_symlinked_files_are_refused(
     (wake_dir / f"{BOARD}.bin").symlink_to(elsewhere)
     assert await hub.wake_words.files.async_board_pack(frozenset({BOARD})) is None
     assert device.assets.downloads == []
+
+
+async def test_a_device_naming_a_new_board_each_time_does_not_grow_the_board_table(
+    hass: HomeAssistant, setup_integration: MockConfigEntry
+) -> None:
+    """What each board's default pack is built for is kept per board, at most ``MAX_BOARDS`` of them:
+    a client that names another board at every OTA check ages the oldest out."""
+    from custom_components.xiaozhi_local.protocol.firmware import BoardFacts
+    from custom_components.xiaozhi_local.wake_word_files import MAX_BOARDS
+
+    hub = setup_integration.runtime_data
+    device = hub.devices[MAC]
+    files = hub.wake_words.files
+    for index in range(MAX_BOARDS * 2):
+        device.async_set_facts(BoardFacts(f"board-{index}", "esp32s3", "2.4.2"))
+        files.engine(device)
+        await hass.async_block_till_done(wait_background_tasks=True)
+        assert files.engine(device) == "wakenet"  # learned: no pack counts as WakeNet
+    assert files.boards_known == MAX_BOARDS

@@ -50,6 +50,9 @@ from .wake_word_catalog import CATALOG, WakeModel
 _LOGGER = logging.getLogger(__name__)
 
 FOLDER: Final = "xiaozhi_wake_words"
+MAX_BOARDS: Final = 64
+"""Boards whose default pack's engine and word are kept (the oldest read goes first): a home has a
+few; a client that names another board at each OTA check must not grow the table."""
 MAX_MODEL_FILE: Final = 8 * 1024 * 1024
 MAX_MODEL_FILES: Final = 16
 MAX_PACK: Final = 32 * 1024 * 1024
@@ -376,6 +379,11 @@ class WakeWordFiles:
             )
         return None
 
+    @property
+    def boards_known(self) -> int:
+        """Boards whose engine and word are kept (at most ``MAX_BOARDS``)."""
+        return len(self._engines)
+
     @callback
     def board_word(self, device: XiaozhiDevice) -> PackWakeWord | None:
         """What the board's default pack wakes on (model and word), once read (``engine``)."""
@@ -385,6 +393,10 @@ class WakeWordFiles:
         try:
             base = await self.async_board_pack(key)
             self._engines[key], self._words[key] = await self.hass.async_add_executor_job(_learn, base)
+            while len(self._engines) > MAX_BOARDS:  # dicts keep insertion order: the oldest first
+                oldest = next(iter(self._engines))
+                del self._engines[oldest]
+                self._words.pop(oldest, None)
         finally:
             self._learning.discard(key)
         device.async_changed()
