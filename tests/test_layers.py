@@ -227,7 +227,7 @@ def device_writes(path: Path) -> list[str]:
                 if (isinstance(owner, ast.Name) and owner.id == "device") or (
                     isinstance(owner, ast.Attribute) and owner.attr == "device"
                 ):
-                    found.append(f"{path.name}:{node.lineno} {ast.unparse(element)}")
+                    found.append(f"{path.name}:{element.lineno} {ast.unparse(element)}")
     return found
 
 
