@@ -11,6 +11,7 @@ import asyncio
 from collections import Counter
 import contextlib
 import ctypes
+from datetime import timedelta
 import gc
 import os
 from pathlib import Path
@@ -319,7 +320,8 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     hass.http.register_view(ProbeView(lag, profile))
     websocket_api.async_register_command(hass, websocket_llm_tools)
     user = await hass.auth.async_create_system_user("bench", group_ids=[GROUP_ID_ADMIN])
-    refresh = await hass.auth.async_create_refresh_token(user)
+    # HA's access tokens last 30 minutes by default: a soak runs for hours on one.
+    refresh = await hass.auth.async_create_refresh_token(user, access_token_expiration=timedelta(days=7))
     token = hass.auth.async_create_access_token(refresh)
     path = Path(hass.config.path("bench_token"))
     await hass.async_add_executor_job(path.write_text, token)
