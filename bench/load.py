@@ -155,9 +155,10 @@ class Run:
                 raise RuntimeError("the probe's token was refused")
             yield ws
 
-    async def probe(self, reset: bool = False) -> dict[str, Any]:
+    async def probe(self, reset: bool = False, **extra: str) -> dict[str, Any]:
         assert self.http is not None
-        async with self.http.get(f"{self.base}/api/bench_probe", params={"reset": "1"} if reset else {}) as resp:
+        params = {"reset": "1", **extra} if reset else extra
+        async with self.http.get(f"{self.base}/api/bench_probe", params=params) as resp:
             if resp.status == 404:  # HA's HTTP server is up; the probe is not set up yet
                 return {}
             data: dict[str, Any] = await resp.json()

@@ -350,16 +350,20 @@ class Soak:
     # -- measuring ----------------------------------------------------------------------------
 
     async def sample(self, started: float, segment: int) -> dict[str, Any]:
-        probe = await self.run.probe(reset=True)  # the loop's lag over the last minute
+        probe = await self.run.probe(reset=True, native="1")  # the loop's lag over the last minute
         assert self.run.process is not None
         pid = self.run.process.pid
         config = self.run.config
+        native = probe.get("native", {})
         writes = dict(self.writes)
         self.writes.clear()
         return {
             "minute": round((time.monotonic() - started) / 60, 2),
             "segment": segment,
             "rss_mb": probe.get("rss_kb", 0) / 1024,
+            # What glibc hands out (heap and mapped blocks): RSS less the free memory it keeps. A
+            # checkpoint's snapshot raises RSS once (glibc keeps what it freed); this does not move.
+            "in_use_mb": (native.get("malloc_in_use_b", 0) + native.get("malloc_mmap_b", 0)) / 2**20,
             "threads": len(os.listdir(f"/proc/{pid}/task")),
             "tasks": probe.get("tasks"),
             "fds": probe.get("fds"),

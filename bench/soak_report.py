@@ -47,9 +47,16 @@ def _segment_rows(samples: list[dict[str, Any]], warmup: float) -> list[str]:
         def span(key: str, warm: list[dict[str, Any]] = warm) -> str:
             return f"{min(s[key] for s in warm)}–{max(s[key] for s in warm)} ({per_hour(key):+.1f}/h)"
 
+        in_use = (
+            f"; glibc in use {warm[0]['in_use_mb']:.0f} → {warm[-1]['in_use_mb']:.0f} MB, "
+            f"{per_hour('in_use_mb'):+.1f} MB/h"
+            if "in_use_mb" in warm[0]
+            else ""
+        )
         rows.append(
             f"| {segment} | {start:.0f}–{mine[-1]['minute']:.0f} (measured from {warm[0]['minute']:.0f}) | "
-            f"{warm[0]['rss_mb']:.0f} → {warm[-1]['rss_mb']:.0f} MB, **{per_hour('rss_mb'):+.1f} MB/h** | "
+            f"{warm[0]['rss_mb']:.0f} → {warm[-1]['rss_mb']:.0f} MB, **{per_hour('rss_mb'):+.1f} MB/h**"
+            f"{in_use} | "
             f"{span('threads')} | {span('tasks')} | {span('fds')} | "
             f"{pct(lags, 50):.1f} / {max(lags):.1f} ms | "
             f"{per_hour('recorder_mb'):+.1f} MB/h; {ours:,.0f} of {every:,.0f} state writes/h ours |"

@@ -25,6 +25,8 @@ from xiaozhi_sim import OtaTiming, SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.mqtt import MqttDevice
 from xiaozhi_sim.voice import MicEncoder
 
+from .internals import hub_of, mcp_of
+
 if TYPE_CHECKING:
     from .voice import Voice
 
@@ -106,7 +108,7 @@ async def client(
     hass: HomeAssistant, setup_integration: MockConfigEntry, hass_client_no_auth: ClientSessionGenerator
 ) -> AsyncIterator[TestClient[Any, Any]]:
     """An HTTP client of the test HA's server (loopback); at the end, every connection is over."""
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     yield await hass_client_no_auth()
     async with asyncio.timeout(5):
         await hub.async_wait_no_connections()
@@ -123,7 +125,7 @@ async def served_hub(
     """The hub with these options, its device URLs pointing at the test server."""
     hass.config_entries.async_update_entry(entry, options={"websocket_url": ws_url(client), **options})
     await hass.async_block_till_done()
-    hub: XiaozhiHub = entry.runtime_data
+    hub: XiaozhiHub = hub_of(entry)
     return hub
 
 
@@ -180,7 +182,7 @@ async def wait_settled(device: XiaozhiDevice) -> None:
     connection = await device.async_wait_ready(5)
     async with asyncio.timeout(5):
         await connection.settled.wait()
-    assert connection.session.mcp.pending_count == 0
+    assert mcp_of(connection).pending_count == 0
 
 
 async def mqtt_online(hub: XiaozhiHub, client: TestClient[Any, Any], **options: Any) -> MqttDevice:

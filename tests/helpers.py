@@ -9,16 +9,16 @@ from homeassistant.core import Event, HomeAssistant, State, callback
 from homeassistant.helpers.event import async_track_state_change_event
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.xiaozhi_local.const import DOMAIN
 from custom_components.xiaozhi_local.device import XiaozhiDevice
 from xiaozhi_sim.mqtt import read_packet, remaining_length
 
 from .conftest import MAC
+from .internals import hub_of
 
 
 def hub_device(hass: HomeAssistant, mac: str = MAC) -> XiaozhiDevice:
     """The paired device ``mac`` of the loaded hub."""
-    device: XiaozhiDevice = hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[mac]
+    device: XiaozhiDevice = hub_of(hass).devices[mac]
     return device
 
 

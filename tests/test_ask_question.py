@@ -19,12 +19,11 @@ from homeassistant.util import dt as dt_util
 import pytest
 from pytest_homeassistant_custom_component.common import async_fire_time_changed
 
-from custom_components.xiaozhi_local.const import DOMAIN
-from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.mqtt import MqttDevice
 
 from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_in_conversation, mqtt_online, wait_settled, ws_url
+from .internals import hub_of
 from .test_voice import tts_stops, wait_state
 from .voice import Voice, speech_pcm
 
@@ -38,11 +37,6 @@ ANSWERS_ZH = [
     {"id": "yes", "sentences": ["好的", "好", "可以"]},
     {"id": "no", "sentences": ["不要", "不用了"]},
 ]
-
-
-def hub_of(hass: HomeAssistant) -> XiaozhiHub:
-    hub: XiaozhiHub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
-    return hub
 
 
 @pytest.fixture(params=["websocket", "mqtt"])

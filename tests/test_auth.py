@@ -12,6 +12,7 @@ from custom_components.xiaozhi_local.const import DOMAIN, VISION_PATH, VISION_TO
 from xiaozhi_sim.camera import BOUNDARY, TINY_JPEG
 
 from .conftest import MAC, TOKEN, DeviceFactory
+from .internals import hub_of
 from .test_vision import camera, multipart
 
 
@@ -23,7 +24,8 @@ async def test_camera_token_replayed_after_expiry(
 ) -> None:
     sim = await camera(hass, setup_integration, client)
     token = sim.mcp.vision_token
-    device = setup_integration.runtime_data.devices[MAC]
+    device = hub_of(setup_integration).devices[MAC]
+    assert token is not None
     assert device.vision_token.check(token)
     later = hass.loop.time() + VISION_TOKEN_TTL + 1
     monkeypatch.setattr(hass.loop, "time", lambda: later)  # 30 min and a second on
@@ -77,7 +79,7 @@ async def test_tokens_never_reach_the_log(
     await hass.services.async_call(
         DOMAIN,
         "call_tool",
-        {"device_id": setup_integration.runtime_data.devices[MAC].device_id, "tool": "self.get_device_status"},
+        {"device_id": hub_of(setup_integration).devices[MAC].device_id, "tool": "self.get_device_status"},
         blocking=True,
         return_response=True,
     )

@@ -15,6 +15,7 @@ from xiaozhi_sim import SimulatedDevice, Tool
 
 from .conftest import MAC, MAC2, DeviceFactory, wait_settled
 from .helpers import hub_device
+from .internals import hub_of, mcp_of
 
 
 async def call(
@@ -137,7 +138,7 @@ async def test_timeout(hass: HomeAssistant, make_device: DeviceFactory) -> None:
     assert err.value.translation_key == "timeout"
     connection = hub_device(hass).connection
     assert connection is not None
-    assert connection.session.mcp.pending_count == 0
+    assert mcp_of(connection).pending_count == 0
 
 
 async def test_device_disconnects_mid_call(hass: HomeAssistant, make_device: DeviceFactory) -> None:
@@ -180,7 +181,7 @@ async def test_device_offline_over_the_rest_api(
     """What an automation tool calling the REST API gets: Home Assistant's answer to a runtime error
     (500, as for every integration's device that cannot be reached), with the message."""
     await make_device()
-    desk = hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC2]
+    desk = hub_of(hass).devices[MAC2]
     http = await hass_client()
     response = await http.post(
         "/api/services/xiaozhi_local/call_tool",
@@ -207,7 +208,7 @@ async def test_busy(hass: HomeAssistant, make_device: DeviceFactory, monkeypatch
     started = add_hanging_tool(device)
     await device.connect()
     await wait_settled(hub_device(hass))
-    mcp = (await hub_device(hass).async_wait_ready(5)).session.mcp
+    mcp = mcp_of(await hub_device(hass).async_wait_ready(5))
     monkeypatch.setattr(mcp, "_max_pending", 1)
     task = asyncio.create_task(call(hass, "self.test.hang", timeout=60))
     await started.wait()  # the first call is in flight
@@ -268,7 +269,7 @@ async def test_both_firmware_generations_give_the_same_clear_errors(
 ) -> None:
     """2.5 answers with JSON-RPC codes and refuses a wrongly typed argument; 2.4.2 calls it missing."""
     device = await make_device(firmware_version=firmware)
-    xdev = hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC]
+    xdev = hub_of(hass).devices[MAC]
     await wait_settled(xdev)
     with pytest.raises(HomeAssistantError) as unknown:
         await xdev.async_press("self.no_such_tool")

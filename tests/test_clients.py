@@ -25,6 +25,7 @@ from xiaozhi_sim.voice import frame, mic_packets
 
 from .conftest import MAC, TOKEN, DeviceFactory, wait_for, wait_settled, ws_url
 from .helpers import EventWaiter, announce, hub_device
+from .internals import hello_of
 from .voice import Voice, speech_pcm
 
 
@@ -421,8 +422,9 @@ async def test_hellos_with_other_audio_params(
         assert reply.type is WSMsgType.TEXT
         assert json.loads(reply.data)["type"] == "hello"
         conn = await hub_device(hass).async_wait_ready(5)
-        assert conn.session.hello is not None
-        assert conn.session.hello.audio_params.sample_rate == 48000
+        device_hello = hello_of(conn)
+        assert device_hello is not None
+        assert device_hello.audio_params.sample_rate == 48000
         assert conn.client.protocol_version == 1  # an unreadable version falls back to 1
 
 

@@ -18,6 +18,7 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, MAC, TOKEN, ws_url
 from .helpers import placeholders_of, start_reconfigure
+from .internals import hub_of
 
 NEW_MAC = "aa:bb:cc:00:11:22"
 
@@ -40,7 +41,7 @@ async def test_hub_flow(hass: HomeAssistant) -> None:
     assert result["title"] == "Xiaozhi Local"
     assert result["data"] == {}
     await hass.async_block_till_done()
-    assert hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices == {}
+    assert hub_of(hass).devices == {}
 
 
 async def test_single_instance(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
@@ -61,7 +62,7 @@ async def test_ignored_device_does_not_block_the_hub(hass: HomeAssistant) -> Non
 
 async def discover(hass: HomeAssistant, entry: MockConfigEntry, mac: str = NEW_MAC) -> tuple[dict[str, Any], str]:
     """An unknown device's OTA request, as the endpoint handles it; returns its flow and code."""
-    pending = entry.runtime_data.admission.async_request_pairing(mac, DeviceReport(board="atoms3r", client_id="cid"))
+    pending = hub_of(entry).admission.async_request_pairing(mac, DeviceReport(board="atoms3r", client_id="cid"))
     await hass.async_block_till_done()
     flows = hass.config_entries.flow.async_progress_by_handler(DOMAIN, match_context={"unique_id": mac})
     assert len(flows) == 1
@@ -86,7 +87,7 @@ async def test_discovered_device_pairs(hass: HomeAssistant, setup_integration: M
     assert sub.data["client_id"] == "cid"
     await hass.async_block_till_done()
     assert CONF_TOKEN not in sub.data  # kept once, in the private journal
-    assert len(setup_integration.runtime_data.devices[NEW_MAC].token) >= 43
+    assert len(hub_of(setup_integration).devices[NEW_MAC].token) >= 43
 
 
 async def test_discovered_device_lockout(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
@@ -98,7 +99,7 @@ async def test_discovered_device_lockout(hass: HomeAssistant, setup_integration:
     assert result["errors"] == {"code": "code_locked"}
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
     assert result["errors"] == {"code": "code_locked"}
-    pairing = setup_integration.runtime_data.admission.pairing
+    pairing = hub_of(setup_integration).admission.pairing
     now = pairing.clock()
     pairing.clock = lambda: now + LOCKOUT  # the lock is over; the code is still valid
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
@@ -108,14 +109,14 @@ async def test_discovered_device_lockout(hass: HomeAssistant, setup_integration:
 
 async def test_discovered_device_code_expired(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
     flow, code = await discover(hass, setup_integration)
-    setup_integration.runtime_data.admission.pairing.remove(NEW_MAC)  # as if its code expired
+    hub_of(setup_integration).admission.pairing.remove(NEW_MAC)  # as if its code expired
     result = await hass.config_entries.flow.async_configure(flow["flow_id"], {"code": code})
     assert result["type"] is FlowResultType.ABORT
     assert result["reason"] == "not_pending"
 
 
 async def test_expired_codes_close_their_cards(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
-    pairing = setup_integration.runtime_data.admission.pairing
+    pairing = hub_of(setup_integration).admission.pairing
     await discover(hass, setup_integration)
     pairing.code_ttl = 0  # everything pending is now expired
     assert pairing.for_mac(NEW_MAC) == []
@@ -148,8 +149,8 @@ async def test_discovery_when_not_loaded(hass: HomeAssistant, setup_integration:
 
 
 async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
-    hub = setup_integration.runtime_data
-    assert not hub.admission.accept_without_code
+    hub = hub_of(setup_integration)
+    assert not hub_of(setup_integration).admission.accept_without_code  # (a call: mypy keeps no narrowing)
     assert hub.websocket_url() == websocket_url(hass)
     result = await hass.config_entries.options.async_init(setup_integration.entry_id)
     assert result["type"] is FlowResultType.FORM
@@ -208,7 +209,7 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
 
 async def test_firmware_source_options(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
     """Both remote sources are off until turned on; an address is stored only when it is not the default."""
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     assert (hub.firmware.catalog.vendor, hub.firmware.catalog.releases) == (None, None)
     result = await hass.config_entries.options.async_init(setup_integration.entry_id)
     schema = result["data_schema"]
@@ -283,8 +284,8 @@ async def test_add_device_by_code(hass: HomeAssistant, setup_integration: MockCo
     assert result["data"][CONF_MAC] == NEW_MAC
     assert result["data"]["client_id"] == "cid"
     await hass.async_block_till_done()
-    assert NEW_MAC in setup_integration.runtime_data.devices
-    assert len(setup_integration.runtime_data.admission.pairing) == 0
+    assert NEW_MAC in hub_of(setup_integration).devices
+    assert len(hub_of(setup_integration).admission.pairing) == 0
     assert hass.config_entries.flow.async_progress_by_handler(DOMAIN) == []  # its card is gone
 
 
@@ -294,7 +295,7 @@ async def test_add_device_by_code_lockout(hass: HomeAssistant, setup_integration
     for _ in range(MAX_FAILURES):
         result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {"code": wrong(code)}))
     assert result["errors"] == {"code": "code_locked"}
-    pairing = setup_integration.runtime_data.admission.pairing
+    pairing = hub_of(setup_integration).admission.pairing
     pairing.clock = lambda: 1e12 + LOCKOUT  # time passes
     pairing.code_ttl = 1e13
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {"code": code}))
@@ -303,14 +304,14 @@ async def test_add_device_by_code_lockout(hass: HomeAssistant, setup_integration
 
 async def test_add_device_by_code_for_a_paired_mac(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
     """The code of a paired MAC with a new identity (a reset device): it takes over, with a new token."""
-    code = setup_integration.runtime_data.admission.pairing.request(MAC, DeviceReport(client_id="reset"))[0].code
+    code = hub_of(setup_integration).admission.pairing.request(MAC, DeviceReport(client_id="reset"))[0].code
     result = await start_device_flow(hass, setup_integration, "code")
     result = dict(await hass.config_entries.subentries.async_configure(result["flow_id"], {"code": code}))
     assert result["type"] is FlowResultType.ABORT
     assert result["reason"] == "paired_again"
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
     assert sub.data["client_id"] == "reset"
-    assert setup_integration.runtime_data.devices[MAC].token != TOKEN
+    assert hub_of(setup_integration).devices[MAC].token != TOKEN
     assert sub.title == "Kitchen"
 
 
@@ -342,7 +343,7 @@ async def test_add_device_by_mac_then_it_connects(
     await hass.async_block_till_done()
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == NEW_MAC)
     assert sub.data == {CONF_MAC: NEW_MAC}
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     assert hub.devices[NEW_MAC].token == token
     client = await hass_client_no_auth()
     device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=token, mac=NEW_MAC))
@@ -381,7 +382,7 @@ async def test_duplicate_mac(hass: HomeAssistant, setup_integration: MockConfigE
 
 async def test_regenerate_token(hass: HomeAssistant, setup_integration: MockConfigEntry) -> None:
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     old = hub.devices[MAC].token
     result = await start_reconfigure(hass, setup_integration, sub.subentry_id)
     assert result["step_id"] == "reconfigure"
@@ -398,7 +399,9 @@ async def test_regenerate_token(hass: HomeAssistant, setup_integration: MockConf
     await hass.async_block_till_done()
     assert setup_integration.subentries[sub.subentry_id].data == {CONF_MAC: MAC, "client_id": CLIENT_ID}
     assert hub.devices[MAC].token == token
-    assert hub.identities.get(MAC).token == token
+    record = hub.identities.get(MAC)
+    assert record is not None
+    assert record.token == token
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from xiaozhi_sim import DeviceCrashed, HelloTimeout, SimulatedDevice, SimulatorO
 
 from .conftest import MAC, MAC2, TOKEN, TOKEN2, DeviceFactory, device_subentry, wait_for, ws_url
 from .helpers import EventWaiter, hub_device
+from .internals import hub_of
 
 
 def headers(mac: str = MAC, token: str = TOKEN, version: str = "1") -> dict[str, str]:
@@ -351,7 +352,7 @@ async def test_an_unload_that_fails_keeps_the_hub_reachable(
     with monkeypatch.context() as patched:
         patched.setattr(hass.config_entries, "async_unload_platforms", refuse)
         assert not await async_unload_entry(hass, setup_integration)
-    assert hass.data[DATA_HUB] is setup_integration.runtime_data
+    assert hass.data[DATA_HUB] is hub_of(setup_integration)
     device = await make_device()  # the WebSocket view still finds the hub
     await hub_device(hass).async_wait_ready(5)
     assert device.session_id
@@ -360,7 +361,7 @@ async def test_an_unload_that_fails_keeps_the_hub_reachable(
 async def test_subentries_added_changed_removed_at_runtime(
     hass: HomeAssistant, setup_integration: MockConfigEntry, make_device: DeviceFactory
 ) -> None:
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     kitchen = await make_device()
     desk = await make_device(mac=MAC2, token=TOKEN2)
     new_mac = "cc:ba:97:04:92:99"

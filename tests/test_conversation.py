@@ -23,6 +23,7 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.voice import UPLINK_RATE, MicEncoder, frame
 
 from .conftest import MAC, TOKEN, wait_settled, ws_url
+from .internals import hub_of
 from .test_voice import kinds, tts_stops, wait_state
 from .voice import Voice, loud_seconds, speech_pcm
 
@@ -30,7 +31,7 @@ SATELLITE = "assist_satellite.kitchen"
 
 
 def satellite(hass: HomeAssistant) -> Any:
-    return hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC].voice
+    return hub_of(hass).devices[MAC].voice
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ async def make(hass: HomeAssistant, client: TestClient[Any, Any]) -> AsyncIterat
         sim = SimulatedDevice(SimulatorOptions(**options))
         made.append(sim)
         await sim.connect()
-        await wait_settled(hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC])
+        await wait_settled(hub_of(hass).devices[MAC])
         return sim
 
     yield factory

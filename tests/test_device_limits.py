@@ -33,6 +33,7 @@ from xiaozhi_sim import Tool
 
 from .conftest import MAC, MAC2, TOKEN, DeviceFactory, wait_for, wait_settled
 from .helpers import EventWaiter
+from .internals import hub_of
 from .test_entities import entity_id
 
 
@@ -64,7 +65,7 @@ async def test_a_value_beyond_64_bits_never_stops_saving(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A status of 2**64 is bounded at the edge; the other device's offline setting still reaches disk."""
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     device = await make_device(connect=False)
     device.state.volume = 2**64
     await device.connect()
@@ -110,7 +111,7 @@ async def test_new_tool_names_on_every_connection_leave_the_registry_bounded(
 ) -> None:
     """Reconnects, each with a hundred tools never seen before: the registry does not grow with them."""
     caplog.set_level(logging.INFO)
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     device = await make_device(connect=False)
     common = list(device.mcp.tools)
     for round_ in range(5):
@@ -138,7 +139,7 @@ async def test_notifications_are_bounded_in_rate_and_size(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     device = await make_device()
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     await wait_settled(xdev)
     events = EventWaiter(hass, EVENT_NOTIFICATION)
     for _ in range(100):
@@ -165,7 +166,7 @@ async def test_tool_and_code_names_with_control_characters_never_reach_the_regis
         device.mcp.add_tool(Tool(name, "a tool", [], _true))
     device.state.ir_codes = {"tv\x00power": "20DF10EF", "ac\u202eoff": "1", "fan": "2"}
     await device.connect()
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     await wait_settled(xdev)
     assert "fine.tool" in xdev.tools
     assert not set(bad) & set(xdev.tools)
@@ -206,7 +207,7 @@ async def test_a_device_that_stops_reading_is_dropped_within_a_bounded_time(
     )
     assert b" 101 " in await reader.readuntil(b"\r\n\r\n")
     writer.write(_masked(b'{"type":"hello","transport":"websocket"}'))  # no MCP: nothing asked at connect
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     await wait_for(xdev, lambda d: d.connection is not None)
     # From now on it reads nothing: calls with large arguments fill every buffer on the way.
     calls = [
@@ -228,7 +229,7 @@ async def test_a_device_that_stops_reading_is_dropped_within_a_bounded_time(
     await wait_for(xdev, lambda d: d.connection is None)
     results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 5)
     assert all(isinstance(r, HomeAssistantError) for r in results)
-    await asyncio.wait_for(setup_integration.runtime_data.async_wait_no_connections(), 5)
+    await asyncio.wait_for(hub_of(setup_integration).async_wait_no_connections(), 5)
     writer.close()
 
 
@@ -238,7 +239,7 @@ async def test_a_setting_made_while_the_device_is_away_reaches_disk_within_a_sec
     make_device: DeviceFactory,
     hass_storage: dict[str, Any],
 ) -> None:
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     device = await make_device()
     xdev = hub.devices[MAC]
     await wait_settled(xdev)

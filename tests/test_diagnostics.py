@@ -18,6 +18,7 @@ from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 from custom_components.xiaozhi_local.const import OTA_PATH
 
 from .conftest import CLIENT_ID, CLIENT_ID2, MAC, MAC2, TOKEN, TOKEN2
+from .internals import hub_of
 from .test_vision import camera
 
 STRANGER = "cc:ba:97:04:92:a0"
@@ -66,7 +67,7 @@ async def test_diagnostics_without_secrets(
     assert hub_diag["firmware_sources"]["releases"] is None
     assert hub_diag["firmware_sources"]["refused_files"] == {}
     # One device's own diagnostics.
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     entry = device_registry.async_get(xdev.device_id)
     assert isinstance(entry, dr.DeviceEntry)
     device_diag: Any = await get_diagnostics_for_device(hass, hass_client, setup_integration, entry)

@@ -17,6 +17,7 @@ from xiaozhi_sim import SimulatedDevice, ToolError
 
 from .conftest import CLIENT_ID2, MAC, MAC2, TOKEN2, DeviceFactory, wait_for, wait_settled
 from .helpers import EventWaiter, hub_device
+from .internals import hub_of
 
 
 def device_entities(hass: HomeAssistant, mac: str = MAC) -> list[er.RegistryEntry]:
@@ -415,7 +416,7 @@ async def test_entities_follow_a_device_added_later(
 
     device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token="t" * 43, mac=mac))
     await device.connect()
-    await wait_settled(setup_integration.runtime_data.devices[mac])
+    await wait_settled(hub_of(setup_integration).devices[mac])
     await hass.async_block_till_done()
     assert any(e.unique_id == f"{mac}-volume" for e in device_entities(hass, mac))
     await device.drop()

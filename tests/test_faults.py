@@ -17,6 +17,7 @@ from custom_components.xiaozhi_local.const import DOMAIN, VISION_PATH
 from xiaozhi_sim.camera import BOUNDARY
 
 from .conftest import MAC, MAC2, TOKEN, TOKEN2, DeviceFactory, wait_settled
+from .internals import hub_of
 from .test_vision import camera
 
 
@@ -28,7 +29,7 @@ async def test_device_vanishes_mid_upload(
 ) -> None:
     """Half a photo, then the TCP connection is reset: nothing kept, nothing logged as an error."""
     sim = await camera(hass, setup_integration, client)
-    device = setup_integration.runtime_data.devices[MAC]
+    device = hub_of(setup_integration).devices[MAC]
     url = client.make_url(VISION_PATH)
     reader, writer = await asyncio.open_connection(url.host, url.port)
     head = (
@@ -69,7 +70,7 @@ async def test_audio_flood_is_cut_off_without_starving_others(
     monkeypatch.setattr(connection, "FLOOD_LIMIT", 200)
     flooder = await make_device()
     other = await make_device(mac=MAC2, token=TOKEN2)
-    xdev = hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC]
+    xdev = hub_of(hass).devices[MAC]
     await wait_settled(xdev)
     with contextlib.suppress(ConnectionClosed):
         for _ in range(10_000):
@@ -79,7 +80,7 @@ async def test_audio_flood_is_cut_off_without_starving_others(
     result: Any = await hass.services.async_call(
         DOMAIN,
         "call_tool",
-        {"device_id": hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC2].device_id,
+        {"device_id": hub_of(hass).devices[MAC2].device_id,
          "tool": "self.get_device_status"},
         blocking=True,
         return_response=True,
@@ -98,13 +99,13 @@ async def test_reload_with_devices_connected_and_reconnecting(
     registry = entity_registry
     one = await make_device(ir=True)
     two = await make_device(mac=MAC2, token=TOKEN2)
-    await wait_settled(setup_integration.runtime_data.devices[MAC])
+    await wait_settled(hub_of(setup_integration).devices[MAC])
     before = {e.entity_id: e.unique_id for e in er.async_entries_for_config_entry(registry, setup_integration.entry_id)}
     assert await hass.config_entries.async_reload(setup_integration.entry_id)
     await one.wait_closed()
     await two.wait_closed()
     # Before they reconnect: entities are back from the cache (not unknown), marked not connected.
-    device = setup_integration.runtime_data.devices[MAC]
+    device = hub_of(setup_integration).devices[MAC]
     assert device.connection is None
     assert "self.ir.send_named" in device.tools
     assert device.token == TOKEN
@@ -133,7 +134,7 @@ async def test_home_assistant_stopping_says_goodbye(
     them for seconds) and refuses new ones with 503, so the devices come back once HA has restarted."""
     first = await make_device()
     second = await make_device(mac=MAC2, token=TOKEN2)
-    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    hub = hub_of(hass)
     await wait_settled(hub.devices[MAC])
     waiting = await make_device(connect=False, mac=MAC2, token=TOKEN2)
     await waiting.open()  # a socket still waiting for its hello is closed too

@@ -34,6 +34,7 @@ from xiaozhi_sim.mqtt import MqttDevice
 
 from .conftest import CLIENT_ID, CLIENT_ID2, FAST, MAC, MAC2, ota_url, served_hub, wait_for, wait_settled, ws_url
 from .helpers import wait_entity
+from .internals import hub_of
 from .voice import Voice, speech_pcm
 
 ENTITY = "update.kitchen_firmware"
@@ -623,7 +624,7 @@ async def test_reloading_mid_update_leaves_nothing_in_progress(
     await hass.async_block_till_done()
     with pytest.raises(HomeAssistantError):
         await task
-    new_hub: XiaozhiHub = hub.entry.runtime_data
+    new_hub: XiaozhiHub = hub_of(hub.entry)
     assert new_hub is not hub
     assert not new_hub.firmware.jobs
     await device.drop()

@@ -18,6 +18,7 @@ from custom_components.xiaozhi_local.device import XiaozhiDevice
 from xiaozhi_sim.hostile import Hostile
 
 from .conftest import MAC, TOKEN, DeviceFactory, wait_settled
+from .internals import hub_of
 
 FRAMES = 600
 
@@ -48,7 +49,7 @@ async def test_hostile_frames_on_a_device_connection(
     hass: HomeAssistant, make_device: DeviceFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     device = await make_device()
-    xdev = hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC]
+    xdev = hub_of(hass).devices[MAC]
     await wait_settled(xdev)
     hostile = Hostile(seed=8)
     for frame in hostile.frames(FRAMES):
@@ -92,7 +93,7 @@ async def test_hostile_ota_requests(
     assert 200 in statuses
     assert errors_logged(caplog) == []
     # The paired device is still paired and its token unchanged.
-    assert setup_integration.runtime_data.devices[MAC].token == TOKEN
+    assert hub_of(setup_integration).devices[MAC].token == TOKEN
 
 
 async def test_hostile_vision_uploads(
@@ -115,7 +116,7 @@ async def test_hostile_vision_uploads(
         resp = await client.post(VISION_PATH, data=body, headers=headers)
         assert resp.status in (400, 401, 413)
     assert errors_logged(caplog) == []
-    assert setup_integration.runtime_data.devices[MAC].photo is None
+    assert hub_of(setup_integration).devices[MAC].photo is None
 
 
 async def test_invalid_utf8_text_frame(
@@ -123,7 +124,7 @@ async def test_invalid_utf8_text_frame(
 ) -> None:
     """A text frame that is not UTF-8 is a protocol error: the socket closes with 1007, nothing else breaks."""
     device = await make_device()
-    xdev = hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC]
+    xdev = hub_of(hass).devices[MAC]
     await wait_settled(xdev)
     # A hello-shaped frame with a stray Latin-1 byte, sent as text exactly as a broken client would.
     await device.connection.send(b'{"type":"listen","state":"detect","text":"caf\xe9"}', text=True)

@@ -240,3 +240,17 @@ def test_only_the_device_writes_its_attributes(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text("def f(device):\n    device.voice = None\n")
     assert device_writes(sample) == ["sample.py:2 device.voice"]  # the check finds one
+
+
+def test_tests_reach_the_internals_through_one_module() -> None:
+    """Only ``tests/internals.py`` reads a config entry's ``runtime_data`` or a link's ``.session``:
+    when the internals move, that module changes, not every test."""
+    tests = Path(__file__).parent
+    readers = sorted(
+        str(path.relative_to(tests))
+        for path in tests.rglob("*.py")
+        if path.name not in ("internals.py", "test_layers.py")
+        and ("runtime_data" in path.read_text() or ".session." in path.read_text())
+    )
+    assert readers == []
+    assert "runtime_data" in (tests / "internals.py").read_text()  # the back door is where it is said to be

@@ -27,6 +27,7 @@ from xiaozhi_sim.mqtt import MqttDevice
 
 from .conftest import CLIENT_ID, MAC, DeviceFactory, mqtt_online, served_hub, wait_for, wait_settled, ws_url
 from .helpers import Clock, announce, resources
+from .internals import hub_of, mcp_of
 from .voice import Voice, speech_pcm
 
 TIMEOUT = DEFAULT_SILENCE_TIMEOUT
@@ -388,7 +389,7 @@ async def test_conversations_go_on_across_a_home_assistant_restart(
         await answered(device, marker)
         assert await hass.config_entries.async_reload(hub.entry.entry_id)  # in the conversation
         await hass.async_block_till_done()
-        new_hub: XiaozhiHub = hub.entry.runtime_data
+        new_hub: XiaozhiHub = hub_of(hub.entry)
         xdev = new_hub.devices[MAC]
         await wait_for(xdev, lambda d: d.connection is not None, timeout=10)
         await wait_settled(xdev)
@@ -447,7 +448,7 @@ async def test_deleting_the_hub_deletes_what_it_wrote(
     config_entry.add_to_hass(hass)
     assert await hass.config_entries.async_setup(config_entry.entry_id)
     entry_id = config_entry.entry_id
-    await config_entry.runtime_data.async_shutdown()  # everything it holds is on disk now
+    await hub_of(config_entry).async_shutdown()  # everything it holds is on disk now
     journal = f"{DOMAIN}.{entry_id}.identities"
     assert {f"{DOMAIN}.{entry_id}", journal} <= set(hass_storage)
     assert MAC in json.dumps(hass_storage[journal])
@@ -472,7 +473,7 @@ async def quiet(xdev: XiaozhiDevice) -> None:
     """Its connect-time round is over and no call is in flight (the moved clock may start a status read)."""
     link = await xdev.async_wait_ready(5)
     await link.settled.wait()
-    await until(lambda: link.session.mcp.pending_count == 0)
+    await until(lambda: mcp_of(link).pending_count == 0)
 
 
 async def test_the_satellite_switched_off_and_on_again(
@@ -492,7 +493,7 @@ async def test_the_satellite_switched_off_and_on_again(
         for round_ in range(4):
             registry.async_update_entity(SATELLITE, disabled_by=er.RegistryEntryDisabler.USER)
             await clock.advance(RELOAD_AFTER_UPDATE_DELAY + 1)  # Home Assistant reloads the hub
-            xdev = hub.entry.runtime_data.devices[MAC]
+            xdev = hub_of(hub.entry).devices[MAC]
             await wait_for(xdev, lambda d: d.connection is not None, timeout=10)
             await quiet(xdev)
             assert xdev.voice is None
@@ -504,7 +505,7 @@ async def test_the_satellite_switched_off_and_on_again(
             await device.goodbye()
             registry.async_update_entity(SATELLITE, disabled_by=None)
             await clock.advance(RELOAD_AFTER_UPDATE_DELAY + 1)
-            xdev = hub.entry.runtime_data.devices[MAC]
+            xdev = hub_of(hub.entry).devices[MAC]
             await wait_for(xdev, lambda d: d.connection is not None and d.voice is not None, timeout=10)
             await quiet(xdev)
             await clock.advance(BETWEEN)

@@ -14,6 +14,7 @@ from custom_components.xiaozhi_local.protocol.mcp import McpTool
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import MAC, MAC2, TOKEN, TOKEN2, wait_settled, ws_url
+from .internals import hub_of
 from .voice import Voice
 
 NAME_RULE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -24,12 +25,12 @@ async def connect(
 ) -> SimulatedDevice:
     sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=token, mac=mac, **kw))
     await sim.connect()
-    await wait_settled(hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[mac])
+    await wait_settled(hub_of(hass).devices[mac])
     return sim
 
 
 def device_id(hass: HomeAssistant, mac: str = MAC) -> str:
-    return str(hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[mac].device_id)
+    return str(hub_of(hass).devices[mac].device_id)
 
 
 async def api_tools(hass: HomeAssistant, api_id: str, device: str | None) -> llm.APIInstance:
@@ -130,7 +131,7 @@ async def test_errors_come_back_as_error_results(
     assert refused == llm.ToolResult(data={"error": "未找到红外编码: radio", "kind": "failed"}, error=True)
     # The device leaves; a request from it (e.g. a follow-up) gets an error result that says so.
     await sim.drop()
-    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    hub = hub_of(hass)
     await hub.async_wait_no_connections()
     gone = await api.async_call_tool(llm.ToolInput("xiaozhi_local__self_get_device_status", {}))
     assert gone.error

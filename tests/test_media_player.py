@@ -29,6 +29,7 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_in_conversation, mqtt_online, served_hub, wait_settled, ws_url
 from .helpers import Clock, wait_entity
+from .internals import hub_of
 from .voice import Voice, speech_pcm
 
 PLAYER = "media_player.kitchen_speaker"
@@ -539,7 +540,7 @@ async def test_the_speaker_plays_with_the_satellite_disabled(
     registry.async_update_entity("assist_satellite.kitchen", disabled_by=er.RegistryEntryDisabler.USER)
     await hass.config_entries.async_reload(hub.entry.entry_id)
     await hass.async_block_till_done()
-    hub = hub.entry.runtime_data
+    hub = hub_of(hub.entry)
     assert hub.devices[MAC].voice is None
     device = await mqtt_online(hub, client, firmware_version="2.5.0")
     await play(hass, "media-source://media_source/local/song.wav")  # idle: by notify

@@ -24,6 +24,7 @@ from xiaozhi_sim.mqtt import MqttDevice, MqttRefused, mqtt_connect, mqtt_publish
 
 from .conftest import CLIENT_ID, CLIENT_ID2, FAST, MAC, MAC2, TOKEN, ota_url, served_hub, wait_for, wait_settled, ws_url
 from .helpers import announce, next_answer
+from .internals import hub_of
 from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
 
 type MqttFactory = Callable[..., Awaitable[MqttDevice]]
@@ -597,7 +598,7 @@ async def test_every_device_comes_back_after_a_restart(
         await wait_for(hub.devices[MAC2], lambda d: d.connection is not None)
         assert await hass.config_entries.async_reload(hub.entry.entry_id)
         await hass.async_block_till_done()
-        new_hub: XiaozhiHub = hub.entry.runtime_data
+        new_hub: XiaozhiHub = hub_of(hub.entry)
         assert new_hub is not hub
         for mac in (MAC, MAC2):
             await wait_for(new_hub.devices[mac], lambda d: d.connection is not None, timeout=10)

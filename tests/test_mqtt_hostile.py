@@ -25,6 +25,7 @@ from xiaozhi_sim.mqtt import mqtt_connect
 
 from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_online, served_hub, wait_for
 from .helpers import next_answer
+from .internals import mcp_of, session_id_of
 from .voice import Voice
 
 CONNACK_ACCEPTED = bytes([0x20, 2, 0, 0])
@@ -167,7 +168,7 @@ async def test_a_device_that_pings_but_never_reads_is_closed(hass: HomeAssistant
     try:
         for _ in range(UNANSWERED_LIMIT):
             with pytest.raises(Exception, match="no answer"):
-                await link.session.mcp.request("tools/call", {"name": "self.get_device_status"}, timeout=0.1)
+                await mcp_of(link).request("tools/call", {"name": "self.get_device_status"}, timeout=0.1)
         assert xdev.connection is link  # its pings keep it "alive"
         async_fire_time_changed(hass, dt_util.utcnow() + PING_INTERVAL)
         await wait_for(xdev, lambda d: d.connection is None)
@@ -210,7 +211,7 @@ async def test_forged_audio_cannot_move_the_devices_audio(
     other_port, _ = await loop.create_datagram_endpoint(
         asyncio.DatagramProtocol, remote_addr=("127.0.0.1", hub.mqtt.udp_port)
     )
-    listen_start = {"session_id": link.session.session_id, "type": "listen", "state": "start", "mode": "auto"}
+    listen_start = {"session_id": session_id_of(link), "type": "listen", "state": "start", "mode": "auto"}
     try:
         frames = link.audio_frames
         for _ in range(5):

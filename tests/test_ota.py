@@ -17,6 +17,7 @@ from xiaozhi_sim import OtaTiming, SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, FAST, MAC, TOKEN, ota_url, wait_for, ws_url
 from .helpers import placeholders_of, start_reconfigure
+from .internals import hub_of
 
 NEW_MAC = "aa:bb:cc:00:11:22"
 
@@ -74,7 +75,7 @@ async def test_clients_that_do_not_ask_again_connect_right_after_pairing(
     assert "activation" in answer
     assert device.options.token == answer["websocket"]["token"] != "test-token"
     await device.connect()
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     await hub.devices[NEW_MAC].async_wait_ready(5)
     assert hub.devices[NEW_MAC].tools
     await device.drop()
@@ -105,7 +106,7 @@ async def test_a_client_that_waits_for_its_code_over_websocket_is_told_it(
     assert [m.get("state") for m in sdk.log if m["type"] == "tts"][-1] == "stop"
     assert sdk.audio  # spoken by the assistant's text-to-speech
     assert sdk.mcp_requests == []
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     assert NEW_MAC not in hub.devices
     assert "Login attempt failed" not in caplog.text
     # Another MAC presenting that token is a guess, as before.
@@ -131,7 +132,7 @@ async def test_whole_journey(
     client: TestClient[Any, Any],
     hub_url: str,
 ) -> None:
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     device = new_device(board="bread-compact-wifi")
     spoken: asyncio.Queue[str] = asyncio.Queue()
     boot = asyncio.create_task(device.boot(ota_url(client), FAST, on_code=lambda code, _m: spoken.put_nowait(code)))
@@ -171,7 +172,7 @@ async def test_whole_journey(
     assert set(answer["server_time"]) == {"timestamp", "timezone_offset"}
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == NEW_MAC)
     assert sub.title == "Kids' room"
-    token = setup_integration.runtime_data.devices[NEW_MAC].token
+    token = hub_of(setup_integration).devices[NEW_MAC].token
     assert answer["websocket"] == {"url": hub_url, "token": token, "version": 1}
     assert token == pending_token
     assert sub.data["client_id"] == device.options.client_id
@@ -243,7 +244,7 @@ async def test_registry_follows_the_ota_body(
     setup_integration: MockConfigEntry,
     client: TestClient[Any, Any],
 ) -> None:
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     body = {"application": {"version": "2.4.2"}, "board": {"type": "bread-compact-wifi"}, "chip_model_name": "esp32s3"}
     await client.post(OTA_PATH, json=body, headers=ota_headers(MAC))
     entry = device_registry.async_get(xdev.device_id)
@@ -275,7 +276,7 @@ async def test_malformed_requests(
     status: int,
     error: str,
 ) -> None:
-    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    hub = hub_of(hass)
     resp = await client.post(OTA_PATH, data=body, headers=ota_headers() if headers is None else headers)
     assert resp.status == status
     assert await resp.json() == {"error": error}
@@ -328,7 +329,7 @@ async def test_activate_for_unknown_device(hass: HomeAssistant, client: TestClie
 
 
 async def test_strangers_flood_leaves_bounded_state(hass: HomeAssistant, client: TestClient[Any, Any]) -> None:
-    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    hub = hub_of(hass)
     for i in range(MAX_PENDING * 3):
         resp = await client.post(OTA_PATH, data=b"", headers=ota_headers(f"02:00:00:00:{i // 256:02x}:{i % 256:02x}"))
         assert resp.status == 200
@@ -352,9 +353,9 @@ async def test_accept_without_code(
     answer = await device.boot(ota_url(client), FAST)
     assert set(answer) == {"server_time", "websocket"}
     assert "without a code" in caplog.text
-    assert answer["websocket"]["token"] == setup_integration.runtime_data.devices[NEW_MAC].token
+    assert answer["websocket"]["token"] == hub_of(setup_integration).devices[NEW_MAC].token
     await device.connect()
-    await setup_integration.runtime_data.devices[NEW_MAC].async_wait_ready(5)
+    await hub_of(setup_integration).devices[NEW_MAC].async_wait_ready(5)
     await device.drop()
 
 
@@ -364,7 +365,7 @@ async def test_token_regeneration(
     device = new_device(mac=MAC, client_id=CLIENT_ID)
     await device.boot(ota_url(client), FAST)
     await device.connect()
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     await xdev.async_wait_ready(5)
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
     result = await start_reconfigure(hass, setup_integration, sub.subentry_id)
@@ -441,7 +442,7 @@ async def test_device_info_from_ota_is_not_overwritten_by_server_info(
     await device.boot(ota_url(client), FAST)
     device.mcp.board_name, device.mcp.firmware_version = "", "0.5.1"  # an SDK's own version, no board
     await device.connect()
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     await xdev.async_wait_ready(5)
     entry = device_registry.async_get(xdev.device_id)
     assert isinstance(entry, dr.DeviceEntry)

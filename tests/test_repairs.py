@@ -14,6 +14,7 @@ from custom_components.xiaozhi_local.const import DOMAIN, WS_PATH
 from custom_components.xiaozhi_local.diagnostics import async_get_device_diagnostics
 
 from .conftest import MAC, TOKEN
+from .internals import hub_of
 
 
 def issue(hass: HomeAssistant, issue_id: str) -> ir.IssueEntry | None:
@@ -119,7 +120,7 @@ async def test_a_wrong_token_for_a_paired_mac_costs_what_an_unknown_mac_costs(
     monkeypatch.setattr(
         admission_module, "async_wrong_token", lambda _hass, mac, _name, count: calls.append((mac, count))
     )
-    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    hub = hub_of(hass)
     assert hub.async_authenticate(MAC, "wrong-token") is Refused.GUESS
     assert hub.async_authenticate("cc:ba:97:00:00:09", "wrong-token") is Refused.GUESS
     assert calls == []  # nothing more was done for the paired MAC before the answer
@@ -132,7 +133,7 @@ async def test_wrong_tokens_update_the_repair_as_their_count_doubles(
 ) -> None:
     """Anyone who knows a paired MAC can send wrong tokens: a thousand of them update the repair
     (a write and an event each) a handful of times, log once per kind, and are all counted."""
-    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    hub = hub_of(hass)
     updates: list[Event[ir.EventIssueRegistryUpdatedData]] = []
     hass.bus.async_listen(ir.EVENT_REPAIRS_ISSUE_REGISTRY_UPDATED, updates.append)
     for _ in range(1000):

@@ -43,6 +43,7 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, FAST, MAC, TOKEN, device_subentry, ota_url, wait_for, ws_url
 from .helpers import placeholders_of, start_reconfigure
+from .internals import hub_of
 from .test_ota import NEW_MAC, ota_headers
 
 STRANGER = "5f0e0000-0000-4000-8000-00000000dead"
@@ -125,7 +126,7 @@ def token_of(answer: dict[str, Any]) -> str:
 
 def pending_only(hass: HomeAssistant, mac: str, answer: dict[str, Any]) -> bool:
     """The answer carries a code and only the token its code would give: it opens no device now."""
-    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    hub = hub_of(hass)
     token = token_of(answer)
     return "activation" in answer and hub.async_authenticate(mac, token) is Refused.PENDING
 
@@ -155,7 +156,7 @@ async def test_a_paired_mac_alone_gets_no_token(
     answer = await device.boot(ota_url(client), FAST)
     assert answer["websocket"]["token"] == TOKEN
     await device.connect()
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     await xdev.async_wait_ready(5)
     await device.drop()
 
@@ -177,12 +178,12 @@ async def test_pair_again_with_the_code_the_new_identity_heard(
     answer = await asyncio.wait_for(boot, 10)
     sub = next(s for s in setup_integration.subentries.values() if s.unique_id == MAC)
     assert sub.data["client_id"] == "after-factory-reset"
-    assert answer["websocket"]["token"] == setup_integration.runtime_data.devices[MAC].token != TOKEN
+    assert answer["websocket"]["token"] == hub_of(setup_integration).devices[MAC].token != TOKEN
     assert sub.title == "Kitchen"  # the same device in Home Assistant: name, entities, history
     assert pending_only(hass, MAC, await post_ota(client))  # the stranger still gets nothing
     assert pending_only(hass, MAC, await post_ota(client, client_id=CLIENT_ID))  # nor the old identity
     await reset.connect()
-    await wait_for(setup_integration.runtime_data.devices[MAC], lambda d: d.connection is not None)
+    await wait_for(hub_of(setup_integration).devices[MAC], lambda d: d.connection is not None)
     await reset.drop()
 
 
@@ -210,7 +211,7 @@ async def test_client_added_by_mac_binds_its_identity_when_it_connects(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
 ) -> None:
     """py-xiaozhi added by MAC: once it has connected with its token, its OTA checks get that token."""
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     hass.config_entries.async_add_subentry(setup_integration, _subentry(NEW_MAC, "manual-token"))
     await hass.async_block_till_done()
     # Before it has proven anything, its MAC alone gets no token.
@@ -288,7 +289,7 @@ async def test_previous_token_is_refused_but_never_banned(
     device = firmware(client)
     assert (await device.boot(ota_url(client), FAST))["websocket"]["token"] == new_token
     await device.connect()
-    await wait_for(setup_integration.runtime_data.devices[MAC], lambda d: d.connection is not None)
+    await wait_for(hub_of(setup_integration).devices[MAC], lambda d: d.connection is not None)
     await device.drop()
 
 
@@ -356,7 +357,7 @@ async def test_accept_without_code_is_capped(
     answers = [await post_ota(client, f"02:00:00:00:00:{i:02x}", client_id=f"c{i}") for i in range(40)]
     assert sum("activation" not in a for a in answers) == AUTO_PAIR_PER_HOUR
     assert all("activation" in a for a in answers[AUTO_PAIR_PER_HOUR:])
-    assert len(setup_integration.runtime_data.devices) == 1 + AUTO_PAIR_PER_HOUR
+    assert len(hub_of(setup_integration).devices) == 1 + AUTO_PAIR_PER_HOUR
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert sum(f"but {AUTO_PAIR_PER_HOUR} joined within the last hour" in r.getMessage() for r in warned) == 1
     assert "Refused 02:00:00:00:00:0a: the hub accepts new devices without a code" in caplog.text
@@ -411,7 +412,7 @@ async def test_a_flood_does_not_push_out_the_device_being_paired(
         async with neighbour.post(ota_url(client), json={}, headers=headers) as resp:
             assert resp.status == 200
     await hass.async_block_till_done()
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     assert len(hub.admission.pairing) == 1 + MAX_PER_SOURCE
     flows = hass.config_entries.flow.async_progress_by_handler(DOMAIN, match_context={"unique_id": NEW_MAC})
     result = await hass.config_entries.flow.async_configure(flows[0]["flow_id"], {"code": code})
@@ -477,7 +478,7 @@ async def test_restart_after_a_kill_restores_what_devices_were_given(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any], hub_url: str
 ) -> None:
     """HA was killed before it saved a pairing and a regenerated token: both devices still work."""
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     assert set(hub.devices) == {MAC, NEW_MAC}
     assert hub.devices[NEW_MAC].name == "Hall"
     assert hub.devices[NEW_MAC].token == "tok-new"
@@ -500,7 +501,7 @@ async def test_restart_after_a_kill_restores_what_devices_were_given(
 async def test_restart_after_a_kill_keeps_a_deleted_device_deleted(
     hass: HomeAssistant, setup_integration: MockConfigEntry
 ) -> None:
-    assert setup_integration.runtime_data.devices == {}
+    assert hub_of(setup_integration).devices == {}
     assert not any(s.unique_id == MAC for s in setup_integration.subentries.values())
 
 
@@ -529,7 +530,7 @@ async def test_each_token_is_kept_once(
     # After a restart, both still get in with what they hold.
     assert await hass.config_entries.async_reload(setup_integration.entry_id)
     await hass.async_block_till_done()
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     for mac, held in ((MAC, TOKEN), (NEW_MAC, token)):
         sim = firmware(client, mac=mac, token=held, url=ws_url(client))
         await sim.connect()
@@ -564,7 +565,7 @@ async def test_a_deleted_device_without_a_token_in_its_subentry_stays_deleted(
     """Deleted just before a kill, after its token had left the subentry."""
     journal = {MAC: {"token": None, "title": "Kitchen", "previous": [token_hash(TOKEN)]}}
     entry = await setup_hub(hass, hass_storage, {CONF_MAC: MAC, CONF_CLIENT_ID: CLIENT_ID}, journal)
-    assert entry.runtime_data.devices == {}
+    assert hub_of(entry).devices == {}
     assert not entry.subentries
 
 
@@ -573,7 +574,7 @@ async def test_a_device_with_no_token_on_record_gets_a_new_one(
 ) -> None:
     """The journal was lost (restored from an old backup): the device gets a token at its next OTA answer."""
     entry = await setup_hub(hass, hass_storage, {CONF_MAC: MAC, CONF_CLIENT_ID: CLIENT_ID}, {})
-    token = entry.runtime_data.devices[MAC].token
+    token = hub_of(entry).devices[MAC].token
     assert len(token) >= 43
     assert f"Device {MAC} had no token on record" in caplog.text
     assert hass_storage[f"{DOMAIN}.{entry.entry_id}.identities"]["data"]["devices"][MAC]["token"] == token
@@ -638,7 +639,7 @@ async def test_load_testers_join_without_a_code_only_while_the_hub_accepts_them(
         await ws.send_str('{"type":"hello"}')
         assert (await ws.receive_json())["type"] == "hello"
         await ws.close()
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     (tester,) = [d for d in hub.devices.values() if d.name == "load-tester-001"]
     assert tester.open
     # A device paired the usual way never gets in without its token, option or not.
@@ -657,7 +658,7 @@ async def test_the_token_journal_is_kept_private(
     """The journal holds tokens: written as Home Assistant writes its auth store (mode 0600)."""
     from homeassistant.util.file import write_utf8_file
 
-    journal = setup_integration.runtime_data.identities
+    journal = hub_of(setup_integration).identities
     assert journal._store._private
     path = tmp_path / "journal"
     write_utf8_file(str(path), "{}", journal._store._private)
@@ -678,7 +679,7 @@ async def test_new_identities_for_a_paired_mac_are_warned_about_once_and_counted
         assert pending_only(hass, MAC, answer)
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and "pair again" in r.getMessage()]
     assert len(warnings) == 1
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     assert xdev.log.counts["asks_to_pair_again"] == 40
 
 
@@ -708,7 +709,7 @@ async def test_a_paired_device_whose_reports_keep_changing_cannot_fill_the_disk(
     await hass.async_block_till_done()
     assert len(updates) <= 4
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING and "too often" in r.getMessage()]) == 1
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     assert xdev.log.counts["reports_change_too_often"] >= 55
 
 

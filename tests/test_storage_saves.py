@@ -19,6 +19,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 from custom_components.xiaozhi_local.const import DOMAIN
 
 from .conftest import device_subentry
+from .internals import hub_of
 
 DEVICES = 500
 
@@ -68,7 +69,7 @@ async def test_tokens_leave_500_subentries_without_recursion(
         await hass.async_block_till_done(wait_background_tasks=True)
         assert all(CONF_TOKEN in sub.data for sub in config_entry.subentries.values())
         storage.HubStorage.async_save_identities = measured  # type: ignore[method-assign]
-        config_entry.runtime_data.async_sync_devices()  # what a check-in or any entry update does
+        hub_of(config_entry).async_sync_devices()  # what a check-in or any entry update does
         for _ in range(100):
             await hass.async_block_till_done(wait_background_tasks=True)
             if not any(CONF_TOKEN in sub.data for sub in config_entry.subentries.values()):
@@ -80,7 +81,7 @@ async def test_tokens_leave_500_subentries_without_recursion(
     assert "RecursionError" not in capfd.readouterr().err
     assert max(depths) - min(depths) < 10, (min(depths), max(depths))  # never started from inside another
     assert [s.title for s in config_entry.subentries.values() if CONF_TOKEN in s.data] == []
-    journal = config_entry.runtime_data.identities
+    journal = hub_of(config_entry).identities
     assert len([mac for mac in (_mac(i) for i in range(DEVICES)) if (r := journal.get(mac)) and r.token]) == DEVICES
 
 
@@ -88,7 +89,7 @@ async def test_a_failing_background_task_is_logged_once_with_its_name(
     hass: HomeAssistant, setup_integration: MockConfigEntry, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Nobody awaits a background task: its failure is said at once, with its name."""
-    device = next(iter(setup_integration.runtime_data.devices.values()))
+    device = next(iter(hub_of(setup_integration).devices.values()))
 
     async def broken() -> None:
         raise RuntimeError("something of ours broke")
@@ -167,7 +168,7 @@ async def test_a_stop_in_the_middle_of_the_saves_loses_no_token(
         await hass.async_block_till_done(wait_background_tasks=True)
     finally:
         storage.HubStorage.async_save_identities = original  # type: ignore[method-assign]
-    config_entry.runtime_data.async_sync_devices()  # the saves start
+    hub_of(config_entry).async_sync_devices()  # the saves start
     for _ in range(50):  # until some tokens have left their subentries, and some not yet
         await asyncio.sleep(0)
         if sum(CONF_TOKEN not in sub.data for sub in config_entry.subentries.values()) >= 20:
@@ -182,6 +183,6 @@ async def test_a_stop_in_the_middle_of_the_saves_loses_no_token(
         assert sub.data.get(CONF_TOKEN, journal.get(mac, {}).get("token")) == tokens[mac], mac
     assert await hass.config_entries.async_setup(config_entry.entry_id)
     await hass.async_block_till_done(wait_background_tasks=True)
-    hub = config_entry.runtime_data
+    hub = hub_of(config_entry)
     assert {mac: hub.devices[mac].token for mac in tokens} == tokens
     assert await _tokens_left_subentries(hass, config_entry)

@@ -21,6 +21,7 @@ from xiaozhi_sim.mqtt import MqttDevice
 
 from .conftest import CLIENT_ID, FAST, MAC, ota_url, served_hub, wait_for, wait_settled
 from .helpers import wait_entity
+from .internals import hello_of
 from .voice import Voice
 
 SENSOR = "sensor.kitchen_transport"
@@ -124,7 +125,7 @@ async def test_a_device_in_a_conversation_is_restarted_once_it_is_over(
     await on_mqtt(hub, device)
     await device.connect()  # a conversation: the UDP channel is open
     xdev = hub.devices[MAC]
-    await wait_for(xdev, lambda d: d.connection is not None and d.connection.session.hello is not None)
+    await wait_for(xdev, lambda d: d.connection is not None and hello_of(d.connection) is not None)
     boots = device.boots
     await choose(hass, "websocket")
     await transport_state(hass, "to_websocket")

@@ -26,6 +26,7 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.camera import BOUNDARY, TINY_JPEG
 
 from .conftest import MAC, TOKEN, wait_settled, ws_url
+from .internals import hub_of
 
 
 class AiTaskDouble(ai_task.AITaskEntity):
@@ -86,7 +87,7 @@ async def camera(
     await hass.async_block_till_done()
     sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, camera=True))
     await sim.connect()
-    await wait_settled(entry.runtime_data.devices[MAC])
+    await wait_settled(hub_of(entry).devices[MAC])
     await hass.async_block_till_done()
     return sim
 
@@ -98,7 +99,7 @@ async def test_take_photo_answers_the_question(
     assert sim.mcp.vision_url == str(client.make_url(VISION_PATH))
     assert sim.mcp.vision_token  # its own short-lived token, not the device's main one
     assert sim.mcp.vision_token != TOKEN
-    device = setup_integration.runtime_data.devices[MAC]
+    device = hub_of(setup_integration).devices[MAC]
     response: Any = await hass.services.async_call(
         DOMAIN,
         "call_tool",
@@ -124,7 +125,7 @@ async def test_without_an_ai_task_the_device_says_so(
     hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
 ) -> None:
     sim = await camera(hass, setup_integration, client)
-    device = setup_integration.runtime_data.devices[MAC]
+    device = hub_of(setup_integration).devices[MAC]
     response: Any = await hass.services.async_call(
         DOMAIN,
         "call_tool",
@@ -170,7 +171,7 @@ async def test_bad_uploads(
     headers = {"Authorization": f"Bearer {sim.mcp.vision_token}", "Device-Id": MAC, "Content-Type": content_type}
     resp = await client.post(VISION_PATH, data=body, headers=headers)
     assert resp.status == status
-    assert setup_integration.runtime_data.devices[MAC].photo is None  # nothing kept
+    assert hub_of(setup_integration).devices[MAC].photo is None  # nothing kept
     await sim.drop()
 
 
@@ -204,7 +205,7 @@ async def test_xiaozhi_sdk_uploads_without_device_id(
     await hass.async_block_till_done()
     sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, camera=True, flavor="xiaozhi-sdk"))
     await sim.connect()
-    device = setup_integration.runtime_data.devices[MAC]
+    device = hub_of(setup_integration).devices[MAC]
     await wait_settled(device)
     response: Any = await hass.services.async_call(
         DOMAIN,

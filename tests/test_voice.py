@@ -17,6 +17,7 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import MAC, TOKEN, wait_settled, ws_url
 from .helpers import EventWaiter, announce
+from .internals import hub_of
 from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
 
 
@@ -24,7 +25,7 @@ from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
 async def device(hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any]) -> AsyncIterator[SimulatedDevice]:
     sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC))
     await sim.connect()
-    await wait_settled(hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC])
+    await wait_settled(hub_of(hass).devices[MAC])
     yield sim
     await sim.drop()
 
@@ -100,7 +101,7 @@ async def test_custom_wake_word(hass: HomeAssistant, ready: Voice, device: Simul
 async def test_framing_v2_v3(hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any], version: int) -> None:
     sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, protocol_version=version))
     await sim.connect()
-    await wait_settled(hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC])
+    await wait_settled(hub_of(hass).devices[MAC])
     sim.relisten = False
     await sim.say(speech_pcm())
     await tts_stops(sim)
@@ -122,7 +123,7 @@ async def test_manual_mode_keeps_the_socket_until_idle(
     await tts_stops(device)
     assert device.device_state == "idle"
     assert ready.agent.inputs[0].text.startswith("heard ")
-    xdev = hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC]
+    xdev = hub_of(hass).devices[MAC]
     assert xdev.connection is not None
     result = await hass.services.async_call(
         DOMAIN,
@@ -156,7 +157,7 @@ async def test_wake_phrase_is_passed_on(hass: HomeAssistant, ready: Voice, clien
 
     one = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC))
     two = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN2, mac=MAC2))
-    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    hub = hub_of(hass)
     for sim, mac in ((one, MAC), (two, MAC2)):
         await sim.connect()
         await wait_settled(hub.devices[mac])
@@ -258,7 +259,7 @@ async def test_announce_while_away(
     """A device that connects per conversation, between two: the announcement is skipped with one
     log line (HA's broadcast goes on to the other satellites), no speech is made for nobody."""
     await device.drop()
-    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    hub = hub_of(hass)
     await hub.async_wait_no_connections()
     state = hass.states.get("assist_satellite.kitchen")
     assert state is not None
@@ -303,7 +304,7 @@ async def test_bad_audio_input_survives(
 ) -> None:
     sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, protocol_version=2))
     await sim.connect()
-    await wait_settled(hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC])
+    await wait_settled(hub_of(hass).devices[MAC])
     sim.relisten = False
     from xiaozhi_sim.voice import frame
 
@@ -358,7 +359,7 @@ async def test_device_vanishes_mid_answer(hass: HomeAssistant, ready: Voice, dev
     await device.say(speech_pcm())
     await device.wait_audio(3)
     await device.drop()
-    hub = hass.config_entries.async_entries(DOMAIN)[0].runtime_data
+    hub = hub_of(hass)
     await hub.async_wait_no_connections()
     await wait_state(hass, "assist_satellite.kitchen", "idle")
     # What was cancelled winds down (HA's TTS stops filling its cache); then nothing may be left
@@ -402,7 +403,7 @@ async def test_downlink_fits_the_decode_queue_of_both_generations(
     sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, firmware_version=firmware))
     await sim.connect()
     try:
-        await wait_settled(hass.config_entries.async_entries(DOMAIN)[0].runtime_data.devices[MAC])
+        await wait_settled(hub_of(hass).devices[MAC])
         sim.relisten = False
         await sim.say(speech_pcm())
         await sim.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", timeout=30)

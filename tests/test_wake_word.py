@@ -23,6 +23,7 @@ from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 from pytest_homeassistant_custom_component.typing import WebSocketGenerator
+from yarl import URL
 
 from custom_components.xiaozhi_local.const import CONF_WAKE_WORD_MODELS, CONF_WAKE_WORD_MODELS_URL
 from custom_components.xiaozhi_local.device import XiaozhiDevice
@@ -49,6 +50,7 @@ from .conftest import (
 )
 from .esp_sr import BROKEN, MODES, EspSr, word_of
 from .helpers import resources, wait_entity
+from .internals import hub_of
 from .test_lifecycle import no_cyclic_gc, nothing_grew
 
 ENTITY = "select.kitchen_wake_word"
@@ -145,7 +147,7 @@ async def test_choosing_hi_esp_makes_the_device_wake_on_it(
     assert now.state == "Hi ESP"
     assert xdev.chosen_wake_word == "Hi ESP"
     assert xdev.as_cache()["wake_phrase"] == "Hi,ESP"  # kept across restarts
-    async with client.session.get(device.assets.downloads[-1]["url"]) as response:
+    async with client.get(URL(device.assets.downloads[-1]["url"]).path_qs) as response:  # HA is the server
         assert response.status == 404  # the URL was for one fetch
 
 
@@ -689,7 +691,7 @@ async def test_a_device_naming_a_new_board_each_time_does_not_grow_the_board_tab
     from custom_components.xiaozhi_local.protocol.firmware import BoardFacts
     from custom_components.xiaozhi_local.wake_word_files import MAX_BOARDS
 
-    hub = setup_integration.runtime_data
+    hub = hub_of(setup_integration)
     device = hub.devices[MAC]
     files = hub.wake_words.files
     for index in range(MAX_BOARDS * 2):

@@ -298,6 +298,8 @@ class ProbeView(HomeAssistantView):
             data["profile"] = self.profile.top()
         if request.query.get("memory"):
             data["memory"] = await hass.async_add_executor_job(_memory)
+        if request.query.get("native"):  # cheap: the kernel's, glibc's and SQLite's counts
+            data["native"] = await hass.async_add_executor_job(_native)
         if attribution := request.query.get("attribution"):  # on the loop: nothing moves meanwhile
             data["attribution"] = self.heap.attribute(baseline=attribution == "baseline")
         if request.query.get("reset"):

@@ -13,6 +13,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from ..conftest import CLIENT_ID, MAC, TOKEN, wait_for, ws_url
 from ..helpers import announce, wait_entity
+from ..internals import hub_of
 
 ROOT = Path(__file__).parents[2]
 
@@ -37,8 +38,9 @@ async def test_cli_connects_and_leaves_when_closed(
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert line.decode().startswith(f"connected as {MAC}")
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     await wait_for(xdev, lambda d: "self.ir.send_named" in d.tools, timeout=30)
+    assert xdev.connection is not None
     await xdev.connection.async_close("test over")  # the server ends the conversation
     out, _err = await asyncio.wait_for(proc.communicate(), 30)
     assert "disconnected" in out.decode()
@@ -67,8 +69,9 @@ async def test_cli_boots_through_ota(
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert line.decode().startswith(f"connected as {MAC}")
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     await wait_for(xdev, lambda d: d.connection is not None, timeout=30)
+    assert xdev.connection is not None
     await xdev.connection.async_close("test over")
     await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0
@@ -85,8 +88,9 @@ async def test_cli_register_flavor(
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert line.decode().startswith("registered: {'status': 'registered'")
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     await wait_for(xdev, lambda d: "amplify_volume" in d.tools, timeout=30)
+    assert xdev.connection is not None
     await xdev.connection.async_close("test over")
     out, _err = await asyncio.wait_for(proc.communicate(), 30)
     assert "disconnected" in out.decode()
@@ -132,7 +136,7 @@ async def test_cli_stays_online_over_mqtt(
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert line.decode().startswith(f"connected as {MAC} over MQTT")
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     await wait_for(xdev, lambda d: d.connection is not None, timeout=30)
     assert xdev.connection is not None
     assert xdev.connection.transport_name == "mqtt"
@@ -151,7 +155,7 @@ async def test_cli_types_questions_from_a_pipe(
     proc, fifo = await typing_device(hass, setup_integration, client, tmp_path)
     assert proc.stdout is not None
     assert (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().startswith("connected as")
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     await wait_for(xdev, lambda d: d.connection is not None, timeout=30)
     await asyncio.get_running_loop().run_in_executor(None, fifo.write_text, "turn on the kitchen light\n")
     line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
@@ -174,7 +178,7 @@ async def test_cli_per_conversation_websocket(
     proc, fifo = await typing_device(hass, setup_integration, client, tmp_path, "--per-conversation", mqtt=False)
     assert proc.stdout is not None
     assert "is idle on 2.4.2; it connects when woken" in (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     assert xdev.connection is None  # booted, and not connected
     await asyncio.get_running_loop().run_in_executor(None, fifo.write_text, "turn on the kitchen light\n")
     assert (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().startswith(f"connected as {MAC}")
@@ -194,7 +198,7 @@ async def _install_demo_firmware(hass: HomeAssistant, entry: MockConfigEntry, fo
         (folder / "bread-compact-wifi_2.5.0.bin").write_bytes(build_image("2.5.0", size=300_000))
 
     await hass.async_add_executor_job(put)
-    entry.runtime_data.firmware.catalog.local.folder = folder
+    hub_of(entry).firmware.catalog.local.folder = folder
     entity = "update.kitchen_firmware"
     await hass.services.async_call("homeassistant", "update_entity", {"entity_id": entity}, blocking=True)
     await wait_entity(hass, entity, lambda s: s.attributes.get("latest_version") == "2.5.0", timeout=30)
@@ -217,7 +221,7 @@ async def test_cli_installs_firmware_and_comes_back_over_mqtt(
     )  # fmt: skip
     assert proc.stdout is not None
     assert (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().startswith("connected as")
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     await wait_for(xdev, lambda d: d.connection is not None and d.facts is not None, timeout=30)
     await asyncio.wait_for(_install_demo_firmware(hass, setup_integration, tmp_path / "firmware"), 90)
     await wait_for(xdev, lambda d: d.connection is not None, timeout=30)  # online again, by itself
@@ -272,7 +276,7 @@ async def test_cli_follows_the_connection_select_there_and_back(
         hass, setup_integration, client, tmp_path, "--reconnect", "--mqtt-reconnect", "0.1"
     )
     await _until_line(proc, "over MQTT (always online)")
-    xdev = setup_integration.runtime_data.devices[MAC]
+    xdev = hub_of(setup_integration).devices[MAC]
     await wait_for(xdev, lambda d: d.connection is not None, timeout=30)
     await wait_settled(xdev)
     replaced: list[Any] = []
