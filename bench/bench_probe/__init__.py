@@ -180,6 +180,7 @@ class Heap:
         return {"/".join(Path(s.traceback[0].filename).parts[-3:]): s.size for s in stats}
 
     def attribute(self, baseline: bool) -> dict[str, Any]:
+        collected = gc.collect()  # what is alive, not garbage the collector has not reached yet
         files = self.by_file()
         if baseline or not self.baseline:
             self.baseline = files
@@ -197,6 +198,7 @@ class Heap:
             "heap_growth": dict(sorted(growth.items(), key=lambda kv: -abs(kv[1]))[:15]),
             "allocated_blocks": sys.getallocatedblocks(),
             "gc_objects": len(gc.get_objects()),
+            "collected": collected,
             "av_objects": sum(n for kind, n in kinds.items() if kind.startswith("av.")),
             "objects": dict(kinds.most_common(20)),
         }
