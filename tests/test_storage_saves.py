@@ -70,11 +70,7 @@ async def test_tokens_leave_500_subentries_without_recursion(
         assert all(CONF_TOKEN in sub.data for sub in config_entry.subentries.values())
         storage.HubStorage.async_save_identities = measured  # type: ignore[method-assign]
         hub_of(config_entry).async_sync_devices()  # what a check-in or any entry update does
-        for _ in range(100):
-            await hass.async_block_till_done(wait_background_tasks=True)
-            if not any(CONF_TOKEN in sub.data for sub in config_entry.subentries.values()):
-                break
-            await asyncio.sleep(0.05)
+        await _tokens_left_subentries(hass, config_entry)
     finally:
         storage.HubStorage.async_save_identities = original  # type: ignore[method-assign]
     assert errors == []
