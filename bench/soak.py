@@ -14,6 +14,7 @@ as JSON) gives each segment's slopes after its warm-up and where any growth live
 
 import asyncio
 from collections import Counter
+import contextlib
 from dataclasses import dataclass, field
 import json
 import os
@@ -21,6 +22,7 @@ from pathlib import Path
 import random
 import secrets
 import shutil
+import signal
 import tempfile
 import time
 from typing import Any
@@ -465,14 +467,33 @@ async def soak_run(*, minutes: float, devices: int, restarts: int, warmup: float
         soak.running.set()
         restart_at = [minutes * (i + 1) / (restarts + 1) for i in range(restarts)]
         segment, segment_start, attributed = 0, 0.0, -1.0
-        while (minute := (time.monotonic() - started) / 60) < minutes:
-            await asyncio.sleep(60 - (time.monotonic() - started) % 60)
+        # SIGINT or SIGTERM ends the run at the next minute, with its report (a session that must stop).
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        while (minute := (time.monotonic() - started) / 60) < minutes and not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 60 - (time.monotonic() - started) % 60)
+            if stop.is_set():
+                print("soak: asked to stop; reporting what was measured", flush=True)
+                break
             try:
                 samples.append(s := await soak.sample(started, segment))
             except Exception as err:  # noqa: BLE001 - HA busy or restarting: the next minute says
                 print(f"soak: no sample: {type(err).__name__}: {err}", flush=True)
                 continue
-            (workdir / "samples.json").write_text(json.dumps({"samples": samples, "attributions": attributions}))
+            (workdir / "samples.json").write_text(  # enough to report a run that was cut short
+                json.dumps(
+                    {
+                        "samples": samples,
+                        "attributions": attributions,
+                        "comebacks": comebacks,
+                        "ok": soak.ok,
+                        "failed": soak.failed,
+                    }
+                )
+            )
             print(
                 f"soak {s['minute']:6.1f} min seg {segment}: RSS {s['rss_mb']:.0f} MB, threads {s['threads']}, "
                 f"tasks {s['tasks']}, fds {s['fds']}, lag p99 {s['lag_p99_ms']:.1f} ms, "
@@ -518,7 +539,7 @@ async def soak_run(*, minutes: float, devices: int, restarts: int, warmup: float
         comebacks=comebacks,
         soak=soak,
         warnings=ours,
-        minutes=minutes,
+        minutes=samples[-1]["minute"] if samples else 0.0,
         devices=devices,
         warmup=warmup,
     )
