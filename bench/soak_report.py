@@ -191,7 +191,7 @@ def report(
             f"Done / failed: {sum(soak.ok.values()):,} / {sum(soak.failed.values()):,}; warnings of ours in the log: "
             f"{len(warnings)}. The whole report, with the attribution per checkpoint: "
             f"`bench/results/{time.strftime('soak-%Y-%m-%d')}.md`. Run it with "
-            "`script/bench soak --minutes 180 --restarts 2` (`--devices`, `--warmup`).",
+            "`script/bench soak [devices] --minutes 180 --restarts 2 --warmup 15`.",
         ]
     )
     return text, section

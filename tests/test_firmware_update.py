@@ -301,7 +301,7 @@ async def test_a_device_in_a_conversation_is_upgraded_once_the_turn_is_over(
     await wait_entity(hass, "assist_satellite.kitchen", lambda s: s.state == "listening")
     xdev = hub.devices[MAC]
     assert xdev.voice is not None
-    assert xdev.voice.busy
+    assert xdev.exchanging
     task = hass.async_create_task(install(hass))
     await wait_entity(hass, ENTITY, lambda s: s.attributes["in_progress"] is True)
     assert hub.firmware.jobs[MAC].phase == "waiting"

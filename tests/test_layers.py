@@ -18,7 +18,6 @@ LINK_INTERFACE = {
     "arm_idle",
     # reads
     "audio_open",
-    "conversation_open",
     "listen_mode",
     "streams_microphone",
     "audio_in_order",
@@ -254,3 +253,25 @@ def test_tests_reach_the_internals_through_one_module() -> None:
     )
     assert readers == []
     assert "runtime_data" in (tests / "internals.py").read_text()  # the back door is where it is said to be
+
+
+def busy_reads(path: Path) -> list[str]:
+    """Reads of a ``busy`` attribute in ``path`` (``voice.busy``, ``self.x.busy``), not its definition."""
+    return [
+        f"{path.name}:{node.lineno}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "busy"
+    ]
+
+
+def test_busy_is_answered_by_the_device_only(tmp_path: Path) -> None:
+    """ "Is it busy" has one answer: the device's ``exchanging`` and ``idle`` (device.py), made of its
+    conversation and its voice's ``busy``. Nobody else reads ``busy``, so nobody answers it again."""
+    tests = Path(__file__).parent
+    sources = [*COMPONENT.rglob("*.py"), *tests.rglob("*.py")]
+    readers = [r for path in sorted(sources) if path.name != "device.py" for r in busy_reads(path)]
+    assert readers == []
+    assert busy_reads(COMPONENT / "device.py")  # the one place, where it is said to be
+    sample = tmp_path / "sample.py"
+    sample.write_text("def f(device):\n    return device.voice.busy\n")
+    assert busy_reads(sample) == ["sample.py:2"]

@@ -166,7 +166,7 @@ async def test_mqtt_device_through_twenty_conversations(
             await device.send_json(
                 {"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"}
             )
-            await until(lambda: xdev.voice is not None and xdev.voice.busy)
+            await until(lambda: xdev.exchanging)
             await no_goodbye_yet(device, before)
             await silence_ends_it(device, clock, before)
         elif ending == "reply":
@@ -193,7 +193,7 @@ async def test_mqtt_device_through_twenty_conversations(
             await device.say(speech_pcm(), mode="manual")
             await answered(device, marker)
             await device.goodbye()
-        await wait_for(xdev, lambda d: d.conversation is None and not (d.voice is not None and d.voice.busy))
+        await wait_for(xdev, lambda d: d.idle)
         await hass.async_block_till_done(wait_background_tasks=True)
         if index == len(endings) - 1:
             baseline = resources()  # once each ending ran (the codec thread and HA's caches exist)
@@ -213,7 +213,7 @@ async def test_typed_text_counts_as_taking_part(
     xdev = hub.devices[MAC]
     await wait_settled(xdev)
     await device.send_json({"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"})
-    await until(lambda: xdev.voice is not None and xdev.voice.busy)  # the server has it
+    await until(lambda: xdev.exchanging)  # the server has it
     await clock.advance(TIMEOUT - 5)
     marker, sent = len(device.log), len(device.sent)
     await device.type_text("what time is it")
@@ -335,7 +335,7 @@ async def test_websocket_clients_through_many_conversations(
             await device.send_json(
                 {"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"}
             )
-            await until(lambda: xdev.voice is not None and xdev.voice.busy)
+            await until(lambda: xdev.exchanging)
             await clock.advance(TIMEOUT - 3)
             assert not device.closed.is_set(), "the conversation was ended at once"
             await clock.advance(4)
@@ -515,7 +515,7 @@ async def test_the_satellite_switched_off_and_on_again(
             await device.say(speech_pcm())
             await answered(device, marker)
             await device.goodbye()
-            await wait_for(xdev, lambda d: d.conversation is None and not (d.voice is not None and d.voice.busy))
+            await wait_for(xdev, lambda d: d.idle)
             await hass.async_block_till_done(wait_background_tasks=True)
             if round_ == 0:
                 baseline = resources()

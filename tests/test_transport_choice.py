@@ -191,7 +191,7 @@ async def test_py_xiaozhi_on_the_transport_it_was_told_is_not_restarted_either(
     assert xdev.picks_transport
     for option in ("websocket", "mqtt", "websocket"):
         await device.connect()  # py-xiaozhi connects over MQTT when a conversation starts
-        await wait_for(xdev, lambda d: d.connection is not None and d.connection.conversation_open)
+        await wait_for(xdev, lambda d: d.conversation is not None)
         await choose(hass, option)
         await transport_state(hass, "mqtt")  # no "moves to WebSocket": it will not
         # Nobody speaks: the conversation ends (goodbye), which is when a stock device is restarted.

@@ -35,17 +35,11 @@ from .const import (
 )
 from .conversations import Conversation, VoiceHandler
 from .errors import DeviceOfflineError, tool_error, translated_error
-from .limits import ExpiringToken, TokenBucket
+from .limits import ExpiringToken, MessageGate, TokenBucket
 from .pairing import Identity
 from .protocol.firmware import BoardFacts
 from .protocol.logs import OnceLogger
-from .protocol.mcp import (
-    McpError,
-    McpTimeoutError,
-    McpTool,
-    ServerInfo,
-    ToolResult,
-)
+from .protocol.mcp import McpError, McpTimeoutError, McpTool, ServerInfo, ToolResult
 from .readings import REPORT_SAVE_DELAY, DeviceValues
 from .restarts import OwedRestarts
 from .tasks import watched
@@ -101,10 +95,11 @@ class XiaozhiDevice:
         """Connections refused in a row for a wrong token (admission.py: a repair issue at 5)."""
         self.log = OnceLogger(self.mac, _LOGGER)  # each kind of problem is logged once per device
         self._persist = persist or (lambda _delay: None)
-        self._notifications = TokenBucket(NOTIFICATION_RATE, NOTIFICATION_BURST)
+        self._notifications = MessageGate(
+            NOTIFICATION_RATE, NOTIFICATION_BURST, MAX_NOTIFICATION_PARAMS, lambda p: len(json_bytes(p)), self.log
+        )
         self.report_changes = TokenBucket(REPORT_CHANGE_RATE, REPORT_CHANGE_BURST)
         """How often what it reports at its OTA check may change (reports.py)."""
-        self.dropped_notifications = 0
         self._listeners: list[Callable[[], None]] = []
         self._notification_listeners: list[NotificationListener] = []
         kept = DeviceCache.from_dict(cache)
@@ -202,6 +197,21 @@ class XiaozhiDevice:
         """Whether a connection with a completed hello is open."""
         return self.connection is not None
 
+    @property
+    def exchanging(self) -> bool:
+        """Whether a turn, a reply or an announcement (its voice's exchange) runs on the device now.
+
+        With ``idle`` the one answer to "is it busy": a conversation (``conversation``) is what the
+        device opened (a WebSocket from hello to close, an MQTT audio channel), an exchange runs in
+        it. The device tells its listeners when either changes; nobody else reads ``busy``.
+        """
+        return self.voice is not None and self.voice.busy
+
+    @property
+    def idle(self) -> bool:
+        """No conversation open and nothing running: a restart now cuts nobody off."""
+        return self.conversation is None and not self.exchanging
+
     @callback
     def async_update_from(self, subentry: ConfigSubentry, token: str) -> bool:
         """The subentry changed (title, token, identity). True when the identity changed."""
@@ -298,24 +308,14 @@ class XiaozhiDevice:
     def async_allow_notification(self, method: str, params: Any) -> bool:
         """Whether a notification may become an event: bounded in size and rate, per device.
 
-        Events go to the recorder's database: a device that floods or sends large ones would fill
-        it. The excess is dropped, counted (diagnostics) and logged once.
+        Events go to the recorder's database, which a device that floods would fill.
         """
-        try:
-            size = len(json_bytes(params))
-        except TypeError, ValueError:
-            size = MAX_NOTIFICATION_PARAMS + 1
-        if size > MAX_NOTIFICATION_PARAMS:
-            self.dropped_notifications += 1
-            self.log.report("notification_too_large", f"dropped notification {method[:64]!r}: params of {size} bytes")
-            return False
-        if not self._notifications.allow(self.hass.loop.time()):
-            self.dropped_notifications += 1
-            self.log.report(
-                "notification_flood", f"sends more than {NOTIFICATION_RATE:g} notifications a second; dropping"
-            )
-            return False
-        return True
+        return self._notifications.allow(method, params, self.hass.loop.time())
+
+    @property
+    def dropped_notifications(self) -> int:
+        """Notifications dropped for their size or their rate since start."""
+        return self._notifications.dropped
 
     @callback
     def async_notification(self, method: str, params: Any) -> None:

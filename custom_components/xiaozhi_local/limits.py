@@ -7,6 +7,8 @@
 - ``Strikes``: events per key within a period that starts at the key's first one, for a bounded
   number of keys (wrong MQTT credentials per address).
 - ``ExpiringToken``: a secret valid for a while (a camera board's upload).
+- ``MessageGate``: messages bounded in size and rate, the excess counted and logged once (a
+  device's notifications, which become events in the recorder).
 
 Plain Python: the caller passes the time (or a clock), so tests need no real waiting.
 """
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 import hmac
 import secrets
 import time
+from typing import Any, Protocol
 
 
 @dataclass(slots=True)
@@ -121,3 +124,42 @@ class ExpiringToken:
         if not hmac.compare_digest(expected.encode(), token.encode()):
             return False
         return True if self._loop.time() < expires else None
+
+
+class _Reporter(Protocol):
+    def report(self, kind: str, message: str) -> None: ...
+
+
+@dataclass(slots=True)
+class MessageGate:
+    """Messages of at most ``max_size`` bytes (``size_of``), ``rate`` a second with ``burst``.
+
+    The rest are dropped, counted and told to ``log`` (once per kind: a flood is one line).
+    """
+
+    rate: float
+    burst: float
+    max_size: int
+    size_of: Callable[[Any], int]
+    log: _Reporter
+    dropped: int = 0
+    _bucket: TokenBucket = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._bucket = TokenBucket(self.rate, self.burst)
+
+    def allow(self, name: str, payload: Any, now: float) -> bool:
+        """Whether the message ``name`` carrying ``payload`` may pass now."""
+        try:
+            size = self.size_of(payload)
+        except TypeError, ValueError:
+            size = self.max_size + 1
+        if size > self.max_size:
+            self.dropped += 1
+            self.log.report("notification_too_large", f"dropped notification {name[:64]!r}: params of {size} bytes")
+            return False
+        if not self._bucket.allow(now):
+            self.dropped += 1
+            self.log.report("notification_flood", f"sends more than {self.rate:g} notifications a second; dropping")
+            return False
+        return True

@@ -108,11 +108,6 @@ class DeviceLink:
         """Whether downlink audio reaches the device now (a conversation channel is open)."""
         return self.channel.audio_open
 
-    @property
-    def conversation_open(self) -> bool:
-        """Whether a conversation is open on this link (WebSocket: from the hello to the close)."""
-        return self.device.conversation_of(self) is not None
-
     # -- what goes out through the channel ----------------------------------------------------
 
     async def run(self) -> None:

@@ -115,7 +115,7 @@ def async_follow(hass: HomeAssistant, hub: Hub, device: XiaozhiDevice) -> None:
     if current == TRANSPORT_WEBSOCKET:
         device.restarts.owe(Reason.TRANSPORT)
         return
-    if link.conversation_open or (device.voice is not None and device.voice.busy):
+    if not device.idle:
         return  # in a conversation: once it is over (the channel's close tells again)
     device.restarts.sent_for_transport()
     _LOGGER.info("Restarting %s: it is on %s, its connection choice is %s", device.name, current, want)

@@ -266,7 +266,7 @@ class WakeWords:
         if per_conversation:
             # WebSocket: the end of its conversation is the one moment it can be restarted (transport.py).
             device.restarts.owe(Reason.WAKE_WORD)
-        elif not await self._async_wait(job, lambda: device.conversation is None, IDLE_WAIT):
+        elif not await self._async_wait(job, lambda: device.idle, IDLE_WAIT):
             self.async_fail(job, "the device was never idle")
             return
         job.phase = Phase.RESTARTING

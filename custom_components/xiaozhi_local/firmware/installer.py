@@ -264,9 +264,9 @@ class FirmwareUpdates:
             with contextlib.suppress(McpError):
                 await device.async_wait_ready(DISCOVERY_TIMEOUT)
             with contextlib.suppress(HomeAssistantError):
-                await job.async_wait(None, CONNECT_GRACE, HomeAssistantError, until=lambda: _busy(device))
+                await job.async_wait(None, CONNECT_GRACE, HomeAssistantError, until=lambda: device.exchanging)
             link = device.connection
-            if link is not None and link.conversation_is_connection and _busy(device):
+            if link is not None and link.conversation_is_connection and device.exchanging:
                 # Over WebSocket Home Assistant ends a conversation by closing the socket, before a
                 # tool could be called: the end restarts the device instead, and the OTA answer of
                 # its boot carries the firmware (as a transport switch does, link.py).
@@ -286,7 +286,7 @@ class FirmwareUpdates:
     async def _async_until_idle(self, job: InstallJob) -> None:
         """Until no conversation turn, reply or announcement runs on the device."""
         device = job.device
-        if not _busy(device):
+        if not device.exchanging:
             return
         job.phase = Phase.WAITING
         self._notify(device.mac)
@@ -294,7 +294,7 @@ class FirmwareUpdates:
             None,
             BUSY_TIMEOUT,
             lambda: translated_error("update_busy", device=device.name),
-            until=lambda: not _busy(device),
+            until=lambda: not device.exchanging,
         )
 
     @staticmethod
@@ -443,8 +443,3 @@ class FirmwareUpdates:
             else {"version": job.version, "phase": job.phase, "percentage": job.percentage, "via_ota": job.via_ota},
             "last_error": str(error) if (error := self.last_error.get(device.mac)) is not None else None,
         }
-
-
-def _busy(device: XiaozhiDevice) -> bool:
-    """Whether a conversation turn, a reply or an announcement runs on the device now."""
-    return device.voice is not None and device.voice.busy
