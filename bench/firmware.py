@@ -19,8 +19,8 @@ import tempfile
 import time
 from typing import Any
 
+from xiaozhi_sim import SimulatedDevice
 from xiaozhi_sim.firmware import build_image
-from xiaozhi_sim.mqtt import MqttDevice
 
 from .load import Run, bench_options, failure_text, mac_of, pct, prepare
 from .mqtt import boot_all
@@ -93,7 +93,7 @@ WIFI_BYTES_PER_S = 250_000
 """A device's download rate in the second round: what an ESP32 on ordinary Wi-Fi reaches."""
 
 
-async def install_round(run: Run, sims: list[MqttDevice], entity_ids: list[str], version: str) -> dict[str, Any]:
+async def install_round(run: Run, sims: list[SimulatedDevice], entity_ids: list[str], version: str) -> dict[str, Any]:
     """Install ``version`` on every device at once; the figures of that round."""
     async with run.api() as ws:  # the entities see the new file now (a refresh, as the UI's)
         await ws.send(
@@ -172,7 +172,7 @@ async def firmware_load(*, devices: int, concurrency: int, port: int) -> str:
     folder = workdir / "config" / "xiaozhi_firmware"
     folder.mkdir()
     run = Run(port, workdir / "config")
-    sims = [MqttDevice(bench_options(mac, upgrade_delay=0.0, reboots=True)) for mac, _ in pairs]
+    sims = [SimulatedDevice(bench_options(mac, upgrade_delay=0.0, reboots=True), speaks_mqtt=True) for mac, _ in pairs]
     try:
         await run.start()
         await asyncio.sleep(5)  # let startup settle

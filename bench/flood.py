@@ -23,7 +23,7 @@ import time
 
 import aiohttp
 
-from xiaozhi_sim.mqtt import MqttDevice
+from xiaozhi_sim import SimulatedDevice
 
 from .load import Run, bench_options, mac_of, ms, prepare
 from .mqtt import boot_all
@@ -132,16 +132,16 @@ async def ota_times(base: str, count: int) -> list[float]:
     return times
 
 
-async def reconnect_each(sims: list[MqttDevice]) -> tuple[list[float], int]:
+async def reconnect_each(sims: list[SimulatedDevice]) -> tuple[list[float], int]:
     """Each device drops its session and connects again: seconds to its CONNACK; devices refused."""
     waits: list[float] = []
     refused = 0
     for sim in sims:
-        await sim.drop_mqtt()
-        await asyncio.wait_for(sim.offline.wait(), 10)
+        await sim.mqtt.drop_mqtt()
+        await asyncio.wait_for(sim.mqtt.offline.wait(), 10)
         started = time.monotonic()
         try:
-            await asyncio.wait_for(sim.start(), 30)
+            await asyncio.wait_for(sim.mqtt.start(), 30)
         except Exception:  # noqa: BLE001 - refused, reset or timed out: counted, the run goes on
             refused += 1
             continue
@@ -158,7 +158,7 @@ async def flood_run(*, connections: int, devices: int, hold: float, port: int) -
     mqtt_port = port + 1
     prepare(workdir / "config", pairs, port, mqtt_port=mqtt_port)
     run = Run(port, workdir / "config")
-    sims = [MqttDevice(bench_options(mac)) for mac, _ in pairs]
+    sims = [SimulatedDevice(bench_options(mac), speaks_mqtt=True) for mac, _ in pairs]
     ipv6_hosts = anyip(add=True)
     flood = Flood(mqtt_port, connections, sources(ipv6_hosts))
     try:

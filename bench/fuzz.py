@@ -33,7 +33,7 @@ from custom_components.xiaozhi_local.protocol.register import Registration
 from custom_components.xiaozhi_local.protocol.session import DeviceSession
 from custom_components.xiaozhi_local.protocol.udp import AudioChannel, UdpError
 from xiaozhi_sim.hostile import Hostile
-from xiaozhi_sim.mqtt import DISCONNECT, PINGREQ, aes_ctr, mqtt_connect, mqtt_publish, mqtt_subscribe
+from xiaozhi_sim.mqtt_wire import DISCONNECT, PINGREQ, aes_ctr, mqtt_connect, mqtt_publish, mqtt_subscribe
 
 
 class _Handler:

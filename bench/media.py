@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from xiaozhi_sim.mqtt import MqttDevice
+from xiaozhi_sim import SimulatedDevice
 
 from .load import Run, bench_options, lateness, mac_of, pct, prepare
 from .mqtt import boot_all
@@ -148,7 +148,7 @@ async def media_load(*, devices: int, playing: int, seconds: float, concurrency:
     pairs = [(mac_of(i), secrets.token_urlsafe(32)) for i in range(devices)]
     prepare(workdir / "config", pairs, port, mqtt_port=port + 1)
     run = Run(port, workdir / "config")
-    idle = [MqttDevice(bench_options(mac)) for mac, _ in pairs[playing:]]
+    idle = [SimulatedDevice(bench_options(mac), speaks_mqtt=True) for mac, _ in pairs[playing:]]
     voices = Voices(f"{run.base}/api/xiaozhi_local/ota/", [mac for mac, _ in pairs[:playing]], mqtt=True)
     station = Station()
     try:

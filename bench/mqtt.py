@@ -20,7 +20,6 @@ import time
 from typing import Any
 
 from xiaozhi_sim import SimulatedDevice
-from xiaozhi_sim.mqtt import MqttDevice
 
 from .load import (
     TOOLS,
@@ -41,13 +40,13 @@ RECONNECT_S = 5.0
 
 
 async def boot_all(
-    run: Run, mqtt: list[MqttDevice], websocket: list[SimulatedDevice], concurrency: int, also_ready: int = 0
+    run: Run, mqtt: list[SimulatedDevice], websocket: list[SimulatedDevice], concurrency: int, also_ready: int = 0
 ) -> float:
     """Every device boots (OTA) and comes online; seconds until all are ready (with ``also_ready`` elsewhere)."""
     gate = asyncio.Semaphore(concurrency)
     ota = f"{run.base}/api/xiaozhi_local/ota/"
 
-    async def one_mqtt(sim: MqttDevice) -> None:
+    async def one_mqtt(sim: SimulatedDevice) -> None:
         async with gate:
             answer = await sim.boot_mqtt(ota)
             if "mqtt" not in answer:
@@ -70,15 +69,15 @@ async def boot_all(
     return time.monotonic() - started
 
 
-async def restart(run: Run, mqtt: list[MqttDevice]) -> dict[str, Any]:
+async def restart(run: Run, mqtt: list[SimulatedDevice]) -> dict[str, Any]:
     """Home Assistant stops and starts; each MQTT device reconnects on its own (every ``RECONNECT_S``)."""
 
-    async def reconnect(sim: MqttDevice) -> None:
-        await sim.wait_offline()
+    async def reconnect(sim: SimulatedDevice) -> None:
+        await sim.mqtt.wait_offline()
         while True:
             await asyncio.sleep(RECONNECT_S * (0.5 + secrets.randbelow(1000) / 1000))
             try:
-                await sim.start()
+                await sim.mqtt.start()
             except Exception:  # noqa: BLE001 - HA not up yet: refused, reset, a timeout
                 continue
             return
@@ -108,7 +107,7 @@ async def mqtt_load(
     prepare(workdir / "config", pairs, port, mqtt_port=mqtt_port, websocket_macs=ws_macs)
     run = Run(port, workdir / "config")
 
-    mqtt = [MqttDevice(bench_options(mac)) for mac, _ in pairs if mac not in ws_macs]
+    mqtt = [SimulatedDevice(bench_options(mac), speaks_mqtt=True) for mac, _ in pairs if mac not in ws_macs]
     websocket = [SimulatedDevice(bench_options(mac)) for mac, _ in pairs if mac in ws_macs]
     # The MQTT devices that talk live in a receiver process of their own (``voices.py``).
     voices = Voices(f"{run.base}/api/xiaozhi_local/ota/", [sim.options.mac for sim in mqtt[:talkers]], mqtt=True)

@@ -30,7 +30,6 @@ import wave
 
 from xiaozhi_sim import SimulatedDevice
 from xiaozhi_sim.firmware import build_image
-from xiaozhi_sim.mqtt import MqttDevice
 
 from .load import SPEECH, Run, bench_options, mac_of, prepare
 
@@ -74,12 +73,12 @@ class Fleet:
     """The devices of the run and what each is doing."""
 
     ota: str
-    mqtt: dict[str, MqttDevice] = field(default_factory=dict)
+    mqtt: dict[str, SimulatedDevice] = field(default_factory=dict)
     websocket: dict[str, SimulatedDevice] = field(default_factory=dict)
     busy: set[str] = field(default_factory=set)
     keepers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
-    def idle(self, kind: str) -> MqttDevice | SimulatedDevice | None:
+    def idle(self, kind: str) -> SimulatedDevice | None:
         pool = self.mqtt if kind == "mqtt" else self.websocket if kind == "websocket" else self.mqtt | self.websocket
         choices = [mac for mac, sim in pool.items() if mac not in self.busy and _online(sim)]
         return pool[random.choice(choices)] if choices else None
@@ -97,17 +96,17 @@ class Fleet:
 
 
 def _online(sim: SimulatedDevice) -> bool:
-    if isinstance(sim, MqttDevice):
-        return sim.online.is_set() and not sim.offline.is_set()
+    if sim.speaks_mqtt:
+        return sim.mqtt.online.is_set() and not sim.mqtt.offline.is_set()
     return sim.is_connected
 
 
 async def _keeper(sim: SimulatedDevice) -> None:
     while True:
         try:
-            if isinstance(sim, MqttDevice):
-                await sim.start()
-                await sim.wait_offline()
+            if sim.speaks_mqtt:
+                await sim.mqtt.start()
+                await sim.mqtt.wait_offline()
             else:
                 await sim.connect()
                 await sim.wait_closed()
@@ -220,14 +219,14 @@ class Soak:
         self.fleet.busy.add(sim.options.mac)
         try:
             _fresh(sim)
-            if isinstance(sim, MqttDevice):
+            if sim.speaks_mqtt:
                 await sim.connect()  # the wake word's hello opens the UDP channel
                 await sim.say(self.pcm, mode="manual", realtime=True)
             else:
                 await sim.type_text("What time is it?")
             await sim.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 60)
-            if isinstance(sim, MqttDevice):
-                await sim.goodbye()
+            if sim.speaks_mqtt:
+                await sim.mqtt.goodbye()
         finally:
             self.fleet.busy.discard(sim.options.mac)
 
@@ -249,7 +248,7 @@ class Soak:
 
     async def reboot(self) -> None:
         sim = self.fleet.idle("mqtt")
-        if sim is None or not isinstance(sim, MqttDevice):
+        if sim is None or not sim.speaks_mqtt:
             return
         self.fleet.busy.add(sim.options.mac)
         try:
@@ -284,7 +283,9 @@ class Soak:
         """A new device: the hub accepts it without a code (the trial option), as a bulk pairing does."""
         mac = mac_of(self.next_mac)
         self.next_mac += 1
-        sim = MqttDevice(bench_options(mac, decode_speaker=False, reboots=True, upgrade_delay=0.0))
+        sim = SimulatedDevice(
+            bench_options(mac, decode_speaker=False, reboots=True, upgrade_delay=0.0), speaks_mqtt=True
+        )
         self.fleet.mqtt[mac] = sim
         self.fleet.busy.add(mac)
         try:
@@ -436,7 +437,7 @@ async def soak_run(*, minutes: float, devices: int, restarts: int, warmup: float
         if mac in ws_macs:
             fleet.websocket[mac] = SimulatedDevice(options)
         else:
-            fleet.mqtt[mac] = MqttDevice(options)
+            fleet.mqtt[mac] = SimulatedDevice(options, speaks_mqtt=True)
     soak = Soak(run, fleet, workdir)
     samples: list[dict[str, Any]] = []
     attributions: list[dict[str, Any]] = []
@@ -449,7 +450,7 @@ async def soak_run(*, minutes: float, devices: int, restarts: int, warmup: float
 
         async def boot(sim: SimulatedDevice) -> None:
             async with gate:
-                if isinstance(sim, MqttDevice):
+                if sim.speaks_mqtt:
                     await sim.boot_mqtt(fleet.ota)
                 else:
                     await sim.boot(fleet.ota)

@@ -22,7 +22,6 @@ from typing import Any
 import wave
 
 from xiaozhi_sim import SimulatedDevice
-from xiaozhi_sim.mqtt import MqttDevice
 from xiaozhi_sim.voice import MicEncoder
 
 from .load import SPEECH, Run, bench_options, failure_text, lateness
@@ -155,20 +154,22 @@ async def voice_turns(run: Run, voices: Voices, *, mode: str, wake: bool, silenc
 async def _boot(spec: dict[str, Any]) -> tuple[list[SimulatedDevice], str]:
     gate = asyncio.Semaphore(int(spec.get("concurrency", 50)))
 
-    kind = MqttDevice if spec.get("mqtt") else SimulatedDevice
     # It only stamps what it hears: no decoding.
-    sims: list[SimulatedDevice] = [kind(bench_options(mac, decode_speaker=False)) for mac in spec["macs"]]
+    sims = [
+        SimulatedDevice(bench_options(mac, decode_speaker=False), speaks_mqtt=bool(spec.get("mqtt")))
+        for mac in spec["macs"]
+    ]
 
     async def one(sim: SimulatedDevice) -> None:
         async with gate:
-            if isinstance(sim, MqttDevice):
+            if sim.speaks_mqtt:
                 await sim.boot_mqtt(spec["ota"])
             else:
                 await sim.boot(spec["ota"])
             await sim.connect()  # MQTT: the wake word's hello opens the UDP channel
-            if isinstance(sim, MqttDevice) and spec.get("prove"):  # its microphone's first datagrams
+            if sim.speaks_mqtt and spec.get("prove"):  # its microphone's first datagrams
                 for packet in MicEncoder(sim.frame_ms).packets(bytes(16000 * 2 * sim.frame_ms // 1000 * 3)):
-                    sim.send_datagram(packet)
+                    sim.mqtt.udp.send_datagram(packet)
 
     results = await asyncio.gather(*(one(sim) for sim in sims), return_exceptions=True)
     failures = [r for r in results if isinstance(r, BaseException)]

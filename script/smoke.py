@@ -42,7 +42,6 @@ sys.path.insert(0, str(ROOT))
 
 from bench.load import SPEECH, Run, client_id_of, prepare, tool_calls  # noqa: E402
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions  # noqa: E402
-from xiaozhi_sim.mqtt import MqttDevice  # noqa: E402
 from xiaozhi_sim.ota import OtaTiming  # noqa: E402
 
 PORT = 18223
@@ -77,7 +76,7 @@ async def ws_command(run: Run, message: dict[str, Any]) -> Any:
     return answer["result"]
 
 
-async def pair_by_code(run: Run, device: MqttDevice) -> dict[str, Any]:
+async def pair_by_code(run: Run, device: SimulatedDevice) -> dict[str, Any]:
     """The device boots, speaks its code; the code goes into its discovery card (HA's flow API)."""
     codes: asyncio.Queue[str] = asyncio.Queue()
     boot = asyncio.create_task(
@@ -152,9 +151,9 @@ async def smoke(ha_python: str) -> list[str]:
     def options(mac: str, **kwargs: Any) -> SimulatorOptions:
         return SimulatorOptions(url="", mac=mac, client_id=client_id_of(mac), hello_timeout=30, **kwargs)
 
-    mqtt = MqttDevice(options(MQTT_MAC, ir=True))
+    mqtt = SimulatedDevice(options(MQTT_MAC, ir=True), speaks_mqtt=True)
     websocket = SimulatedDevice(options(WS_MAC))
-    new = MqttDevice(options(NEW_MAC, firmware_version="2.5.0"))
+    new = SimulatedDevice(options(NEW_MAC, firmware_version="2.5.0"), speaks_mqtt=True)
     try:
         await run.start()
         check(bool(await mqtt.boot_mqtt(f"{run.base}/api/xiaozhi_local/ota/")), "the MQTT device boots")
@@ -226,7 +225,7 @@ async def start_again(run: Run, config: Path, device: SimulatorOptions) -> None:
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         dev_setup.main(config, PORT)
     check(len(printed.getvalue().split()) == 4, "the demo setup runs again on a started config")
-    mqtt = MqttDevice(device)
+    mqtt = SimulatedDevice(device, speaks_mqtt=True)
     try:
         await run.start()
         check(bool(await mqtt.boot_mqtt(f"{run.base}/api/xiaozhi_local/ota/")), "after a second start the device boots")

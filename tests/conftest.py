@@ -22,7 +22,6 @@ from custom_components.xiaozhi_local.const import DOMAIN, OTA_PATH, SUBENTRY_DEV
 from custom_components.xiaozhi_local.device import XiaozhiDevice
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import OtaTiming, SimulatedDevice, SimulatorOptions
-from xiaozhi_sim.mqtt import MqttDevice
 from xiaozhi_sim.voice import MicEncoder
 
 from .internals import hub_of, mcp_of
@@ -185,9 +184,11 @@ async def wait_settled(device: XiaozhiDevice) -> None:
     assert mcp_of(connection).pending_count == 0
 
 
-async def mqtt_online(hub: XiaozhiHub, client: TestClient[Any, Any], **options: Any) -> MqttDevice:
+async def mqtt_online(hub: XiaozhiHub, client: TestClient[Any, Any], **options: Any) -> SimulatedDevice:
     """A stock device booted over MQTT (OTA check, broker session), idle: no conversation channel."""
-    device = MqttDevice(SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID, hello_timeout=5, **options))
+    device = SimulatedDevice(
+        SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID, hello_timeout=5, **options), speaks_mqtt=True
+    )
     await device.boot_mqtt(ota_url(client), timing=FAST)
     await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
     await wait_settled(hub.devices[MAC])
@@ -202,11 +203,11 @@ def first_packets(frame_ms: int) -> tuple[bytes, ...]:
     return tuple(MicEncoder(frame_ms).packets(bytes(16000 * 2 * frame_ms // 1000 * 3)))
 
 
-async def mqtt_in_conversation(hub: XiaozhiHub, device: MqttDevice) -> None:
+async def mqtt_in_conversation(hub: XiaozhiHub, device: SimulatedDevice) -> None:
     """Its wake word over MQTT: hello, the UDP channel, and the microphone's first datagrams."""
     await device.connect()
     for packet in first_packets(device.frame_ms):
-        device.send_datagram(packet)
+        device.mqtt.udp.send_datagram(packet)
     await wait_for(hub.devices[device.options.mac], lambda d: d.connection is not None and d.connection.audio_open)
 
 

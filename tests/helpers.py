@@ -10,7 +10,7 @@ from homeassistant.helpers.event import async_track_state_change_event
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.device import XiaozhiDevice
-from xiaozhi_sim.mqtt import read_packet, remaining_length
+from xiaozhi_sim.mqtt_wire import read_packet, remaining_length
 
 from .conftest import MAC
 from .internals import hub_of

@@ -20,7 +20,6 @@ import pytest
 from pytest_homeassistant_custom_component.common import async_fire_time_changed
 
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
-from xiaozhi_sim.mqtt import MqttDevice
 
 from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_in_conversation, mqtt_online, wait_settled, ws_url
 from .internals import hub_of
@@ -171,7 +170,7 @@ async def test_the_device_vanishing_ends_the_question(
     assert err.value.translation_key == "question_unanswered"
     # Back to idle on WebSocket (away between conversations by design); an always-connected device
     # that dropped is off: its satellite is unavailable until it is back.
-    await wait_state(hass, SATELLITE, "unavailable" if isinstance(talking, MqttDevice) else "idle")
+    await wait_state(hass, SATELLITE, "unavailable" if talking.speaks_mqtt else "idle")
 
 
 async def test_two_questions_at_once_then_the_device_drops(

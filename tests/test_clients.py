@@ -436,7 +436,7 @@ async def test_browser_client_typed_text(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, flavor="browser"))
-    assert device.headers() == {}
+    assert device.websocket.headers() == {}
     await device.connect()
     try:
         xdev = hub_device(hass)

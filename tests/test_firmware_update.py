@@ -30,7 +30,6 @@ from custom_components.xiaozhi_local.firmware import installer as updates, serve
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions, ToolError
 from xiaozhi_sim.firmware import build_image, flash_image
-from xiaozhi_sim.mqtt import MqttDevice
 
 from .conftest import CLIENT_ID, CLIENT_ID2, FAST, MAC, MAC2, ota_url, served_hub, wait_for, wait_settled, ws_url
 from .helpers import wait_entity
@@ -40,7 +39,7 @@ from .voice import Voice, speech_pcm
 ENTITY = "update.kitchen_firmware"
 BOARD = "bread-compact-wifi"
 
-type MqttFactory = Callable[..., Awaitable[MqttDevice]]
+type MqttFactory = Callable[..., Awaitable[SimulatedDevice]]
 
 
 @pytest.fixture(autouse=True)
@@ -69,11 +68,11 @@ async def hub(
 @pytest.fixture
 async def make_mqtt(hub: XiaozhiHub, client: TestClient[Any, Any]) -> AsyncIterator[MqttFactory]:
     """Stock devices online over MQTT that reboot (and boot again) by themselves."""
-    devices: list[MqttDevice] = []
+    devices: list[SimulatedDevice] = []
 
-    async def factory(*, mac: str = MAC, client_id: str = CLIENT_ID, **kwargs: Any) -> MqttDevice:
+    async def factory(*, mac: str = MAC, client_id: str = CLIENT_ID, **kwargs: Any) -> SimulatedDevice:
         options = {"hello_timeout": 5, "upgrade_delay": 0.0, "reboots": True} | kwargs
-        device = MqttDevice(SimulatorOptions(url="", mac=mac, client_id=client_id, **options))
+        device = SimulatedDevice(SimulatorOptions(url="", mac=mac, client_id=client_id, **options), speaks_mqtt=True)
         devices.append(device)
         await device.boot_mqtt(ota_url(client), timing=FAST)
         return device
@@ -596,7 +595,7 @@ async def test_a_device_vanishing_mid_download_ends_the_install(
     task = hass.async_create_task(install(hass))
     await wait_entity(hass, ENTITY, lambda s: (s.attributes.get("update_percentage") or 0) > 10)
     device.power_cut.set()
-    await device.drop_mqtt()  # its MQTT connection goes silent too
+    await device.mqtt.drop_mqtt()  # its MQTT connection goes silent too
     with pytest.raises(HomeAssistantError, match="was interrupted"):
         await task
     state = hass.states.get(ENTITY)

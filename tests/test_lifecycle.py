@@ -23,7 +23,6 @@ from custom_components.xiaozhi_local.const import DEFAULT_SILENCE_TIMEOUT
 from custom_components.xiaozhi_local.device import XiaozhiDevice
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
-from xiaozhi_sim.mqtt import MqttDevice
 
 from .conftest import CLIENT_ID, MAC, DeviceFactory, mqtt_online, served_hub, wait_for, wait_settled, ws_url
 from .helpers import Clock, announce, resources
@@ -57,7 +56,7 @@ async def hub(hass: HomeAssistant, setup_integration: MockConfigEntry, client: T
 
 
 @pytest.fixture
-async def mqtt_device(hub: XiaozhiHub, client: TestClient[Any, Any]) -> AsyncIterator[MqttDevice]:
+async def mqtt_device(hub: XiaozhiHub, client: TestClient[Any, Any]) -> AsyncIterator[SimulatedDevice]:
     device = await mqtt_online(hub, client)
     yield device
     await device.drop()
@@ -83,10 +82,10 @@ async def no_goodbye_yet(device: SimulatedDevice, before: int) -> None:
     for _ in range(5):
         await asyncio.sleep(0.01)
     assert goodbyes(device) == before, "the conversation was ended at once"
-    assert device.audio_channel_open  # type: ignore[attr-defined]
+    assert device.mqtt.audio_channel_open
 
 
-async def silence_ends_it(device: MqttDevice, clock: Clock, before: int) -> None:
+async def silence_ends_it(device: SimulatedDevice, clock: Clock, before: int) -> None:
     """Nobody speaks: not before the silence timeout, then ``goodbye``."""
     await clock.advance(TIMEOUT - 3)
     await no_goodbye_yet(device, before)
@@ -94,7 +93,7 @@ async def silence_ends_it(device: MqttDevice, clock: Clock, before: int) -> None
     await clock.advance(4)
     await device.wait_message(lambda m: m.get("type") == "goodbye", timeout=5, after=marker)
     assert goodbyes(device) == before + 1
-    assert not device.audio_channel_open
+    assert not device.mqtt.audio_channel_open
 
 
 async def until(predicate: Callable[[], bool]) -> None:
@@ -122,7 +121,7 @@ async def answered(device: SimulatedDevice, marker: int) -> None:
 @contextlib.asynccontextmanager
 async def staying_online(
     hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any]
-) -> AsyncIterator[MqttDevice]:
+) -> AsyncIterator[SimulatedDevice]:
     """A stock device over MQTT that reconnects by itself, on ports that stay the same across reloads."""
     from .test_mqtt import free_port
 
@@ -132,7 +131,7 @@ async def staying_online(
     )
     await hass.async_block_till_done()
     device = await mqtt_online(hub, client)
-    online = asyncio.create_task(device.stay_online(reconnect_interval=0.05))
+    online = asyncio.create_task(device.mqtt.stay_online(reconnect_interval=0.05))
     try:
         yield device
     finally:
@@ -142,7 +141,7 @@ async def staying_online(
 
 
 async def test_mqtt_device_through_twenty_conversations(
-    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, mqtt_device: MqttDevice, clock: Clock
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, mqtt_device: SimulatedDevice, clock: Clock
 ) -> None:
     """The default transport: the link outlives its conversations; each one starts anew.
 
@@ -180,19 +179,19 @@ async def test_mqtt_device_through_twenty_conversations(
             device.relisten = False
             await device.say(speech_pcm())
             await answered(device, marker)
-            await device.goodbye()
+            await device.mqtt.goodbye()
         elif ending == "abort":
             device.relisten = False
             await device.say(speech_pcm())
             await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "start", 30, after=marker)
             await device.abort()
             await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 10, after=marker)
-            await device.goodbye()
+            await device.mqtt.goodbye()
         else:  # push-to-talk: held, spoken, released; idle after the reply, ended by the idle timeout
             device.relisten = False
             await device.say(speech_pcm(), mode="manual")
             await answered(device, marker)
-            await device.goodbye()
+            await device.mqtt.goodbye()
         await wait_for(xdev, lambda d: d.idle)
         await hass.async_block_till_done(wait_background_tasks=True)
         if index == len(endings) - 1:
@@ -502,7 +501,7 @@ async def test_the_satellite_switched_off_and_on_again(
             await device.send_json(
                 {"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"}
             )
-            await device.goodbye()
+            await device.mqtt.goodbye()
             registry.async_update_entity(SATELLITE, disabled_by=None)
             await clock.advance(RELOAD_AFTER_UPDATE_DELAY + 1)
             xdev = hub_of(hub.entry).devices[MAC]
@@ -514,7 +513,7 @@ async def test_the_satellite_switched_off_and_on_again(
             device.relisten = False
             await device.say(speech_pcm())
             await answered(device, marker)
-            await device.goodbye()
+            await device.mqtt.goodbye()
             await wait_for(xdev, lambda d: d.idle)
             await hass.async_block_till_done(wait_background_tasks=True)
             if round_ == 0:

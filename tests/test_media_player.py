@@ -270,7 +270,7 @@ async def test_a_radio_stream_over_mqtt_plays_until_stopped(
     await hass.services.async_call("media_player", "media_stop", {"entity_id": PLAYER}, blocking=True)
     await tts_stopped(device)
     await wait_entity(hass, PLAYER, lambda s: s.state == "idle")
-    assert device.datagrams_dropped == 0
+    assert device.mqtt.udp.datagrams_dropped == 0
     assert late_packets(device) == []
     await media_tasks_done(hass)
     assert ffmpeg_left(hass) == []
@@ -583,7 +583,7 @@ async def test_media_by_notify_ends_when_the_device_goes(
     await play(hass, radio.url("/stream.mp3"))
     await wait_entity(hass, PLAYER, lambda s: s.state == "playing")
     await device.wait_message(lambda m: m.get("type") == "notify")
-    await device.drop_mqtt()  # the link goes; its notify fetch goes on
+    await device.mqtt.drop_mqtt()  # the link goes; its notify fetch goes on
     await wait_entity(hass, PLAYER, lambda s: s.state == "off")
     await radio.wait_no_listeners()
     await media_tasks_done(hass)

@@ -19,15 +19,15 @@ from custom_components.xiaozhi_local.const import DOMAIN
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, MAX_UNAUTHENTICATED_PER_ADDRESS
 from custom_components.xiaozhi_local.mqtt_channel import MqttChannel
-from xiaozhi_sim import SimulatorOptions
-from xiaozhi_sim.mqtt import MqttDevice, MqttRefused, mqtt_connect, mqtt_publish
+from xiaozhi_sim import SimulatedDevice, SimulatorOptions
+from xiaozhi_sim.mqtt_wire import MqttRefused, mqtt_connect, mqtt_publish
 
 from .conftest import CLIENT_ID, CLIENT_ID2, FAST, MAC, MAC2, TOKEN, ota_url, served_hub, wait_for, wait_settled, ws_url
 from .helpers import announce, next_answer
 from .internals import hub_of
 from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
 
-type MqttFactory = Callable[..., Awaitable[MqttDevice]]
+type MqttFactory = Callable[..., Awaitable[SimulatedDevice]]
 
 
 def listening(hub: XiaozhiHub) -> bool:
@@ -47,10 +47,12 @@ async def hub(hass: HomeAssistant, setup_integration: MockConfigEntry, client: T
 @pytest.fixture
 async def make_mqtt(hub: XiaozhiHub, client: TestClient[Any, Any]) -> AsyncIterator[MqttFactory]:
     """Boot simulated devices through OTA; they come online over MQTT as the firmware does."""
-    devices: list[MqttDevice] = []
+    devices: list[SimulatedDevice] = []
 
-    async def factory(*, mac: str = MAC, client_id: str = CLIENT_ID, **kwargs: Any) -> MqttDevice:
-        device = MqttDevice(SimulatorOptions(url="", mac=mac, client_id=client_id, hello_timeout=5, **kwargs))
+    async def factory(*, mac: str = MAC, client_id: str = CLIENT_ID, **kwargs: Any) -> SimulatedDevice:
+        device = SimulatedDevice(
+            SimulatorOptions(url="", mac=mac, client_id=client_id, hello_timeout=5, **kwargs), speaks_mqtt=True
+        )
         devices.append(device)
         answer = await device.boot_mqtt(ota_url(client), timing=FAST)
         assert "mqtt" in answer
@@ -76,8 +78,8 @@ async def test_ota_hands_out_mqtt_and_the_device_stays_online(
     assert xdev.connection is not None
     assert xdev.connection.transport_name == "mqtt"
     assert "self.audio_speaker.set_volume" in xdev.tools
-    assert not device.subscribed
-    assert not device.audio_channel_open  # idle: no conversation, no UDP
+    assert not device.mqtt.subscribed
+    assert not device.mqtt.audio_channel_open  # idle: no conversation, no UDP
     state = hass.states.get("binary_sensor.kitchen_connected")
     assert state is not None
     assert state.state == "on"
@@ -119,7 +121,7 @@ async def test_settings_made_while_away_reach_the_device_at_boot(
         "number", "set_value", {"entity_id": "number.kitchen_volume", "value": 21}, blocking=True
     )
     assert xdev.pending
-    await device.start()  # powered on: online at boot, before anyone speaks
+    await device.mqtt.start()  # powered on: online at boot, before anyone speaks
     await wait_for(xdev, lambda d: d.connection is not None)
     await wait_settled(xdev)
     assert device.state.volume == 21
@@ -152,10 +154,10 @@ async def test_voice_turn_over_udp(hass: HomeAssistant, ready: Voice, hub: Xiaoz
     expected = speech_seconds(ready.agent.reply)
     assert expected - 0.1 <= played <= expected + 0.2
     assert loud_seconds(bytes(device.speaker_pcm), 24000) > expected * 0.8
-    assert device.datagrams_dropped == 0
+    assert device.mqtt.udp.datagrams_dropped == 0
 
     # A second conversation gets new keys.
-    await device.goodbye()
+    await device.mqtt.goodbye()
     await wait_for(xdev, lambda d: d.connection is not None and not d.connection.audio_open)
     await device.connect()
     assert device.server_hello is not None
@@ -195,8 +197,8 @@ async def test_server_goodbye_after_silence(
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=60))
     goodbye = await device.wait_message(lambda m: m.get("type") == "goodbye")
     assert goodbye["session_id"] == device.session_id
-    assert not device.audio_channel_open
-    assert device.online.is_set()
+    assert not device.mqtt.audio_channel_open
+    assert device.mqtt.online.is_set()
 
 
 async def test_restart_button(hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
@@ -204,7 +206,7 @@ async def test_restart_button(hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: M
     await wait_settled(hub.devices[MAC])
     await hass.services.async_call("button", "press", {"entity_id": "button.kitchen_restart"}, blocking=True)
     async with asyncio.timeout(5):
-        await device.wait_offline()
+        await device.mqtt.wait_offline()
     assert device.rebooted
 
 
@@ -215,9 +217,9 @@ async def test_second_connection_replaces_the_first(hub: XiaozhiHub, make_mqtt: 
     old = xdev.connection
     second = await make_mqtt()
     async with asyncio.timeout(5):
-        await first.wait_offline()
+        await first.mqtt.wait_offline()
     await wait_for(xdev, lambda d: d.connection is not None and d.connection is not old)
-    assert second.online.is_set()
+    assert second.mqtt.online.is_set()
 
 
 async def test_two_devices_and_regenerated_token(hass: HomeAssistant, hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
@@ -230,11 +232,11 @@ async def test_two_devices_and_regenerated_token(hass: HomeAssistant, hub: Xiaoz
     sub = entry.subentries[hub.devices[MAC].subentry_id]
     hass.config_entries.async_update_subentry(entry, sub, data={**sub.data, "token": "new-token-" + "c" * 40})
     async with asyncio.timeout(5):
-        await kitchen.wait_offline()
+        await kitchen.mqtt.wait_offline()
     with pytest.raises(MqttRefused) as err:
-        await kitchen.start()  # the old password
+        await kitchen.mqtt.start()  # the old password
     assert err.value.code == 4
-    assert desk.online.is_set()
+    assert desk.mqtt.online.is_set()
 
 
 async def test_wrong_credentials_are_refused_and_counted(hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
@@ -245,11 +247,11 @@ async def test_wrong_credentials_are_refused_and_counted(hub: XiaozhiHub, make_m
     for _ in range(FAILED_LOGINS):
         device.nvs["mqtt"] = {**good, "password": "guess"}
         with pytest.raises(MqttRefused) as err:
-            await device.start()
+            await device.mqtt.start()
         assert err.value.code == 4  # bad user name or password
     assert hub.devices[MAC].refused_tokens >= FAILED_LOGINS
     device.nvs["mqtt"] = good
-    await device.start()  # the right password is never refused (tests/test_mqtt_hostile.py: the rest)
+    await device.mqtt.start()  # the right password is never refused (tests/test_mqtt_hostile.py: the rest)
     await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
 
 
@@ -263,7 +265,7 @@ async def test_mqtt_off_hands_out_websocket_only(
     await hass.async_block_till_done()
     assert hub.mqtt is None
     async with asyncio.timeout(5):
-        await device.wait_offline()
+        await device.mqtt.wait_offline()
     # Restarted on the way out: it would otherwise retry the gone endpoint until power-cycled.
     assert device.rebooted
     answer = await device.boot_mqtt(ota_url(client), timing=FAST)
@@ -296,7 +298,7 @@ async def test_port_in_use_raises_a_repair(
         assert issue.translation_placeholders is not None
         assert issue.translation_placeholders["tcp"] == str(port)
         # No mqtt in the OTA answer while nothing listens: the device keeps its WebSocket.
-        device = MqttDevice(SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID))
+        device = SimulatedDevice(SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID), speaks_mqtt=True)
         answer = await device.boot_mqtt(ota_url(client), timing=FAST)
         assert "mqtt" not in answer
     finally:
@@ -360,11 +362,11 @@ async def test_malformed_packet_after_connect_ends_only_that_link(hub: XiaozhiHu
     device = await make_mqtt()
     xdev = hub.devices[MAC]
     await wait_settled(xdev)
-    await device.send_mqtt_raw(bytes([0x30, 0x80, 0x80, 0x80, 0x01]))  # a 256 MB PUBLISH
+    await device.mqtt.send_mqtt_raw(bytes([0x30, 0x80, 0x80, 0x80, 0x01]))  # a 256 MB PUBLISH
     async with asyncio.timeout(5):
-        await device.wait_offline()
+        await device.mqtt.wait_offline()
     await wait_for(xdev, lambda d: d.connection is None)
-    await device.start()  # it reconnects, as the firmware does after 60 s
+    await device.mqtt.start()  # it reconnects, as the firmware does after 60 s
     await wait_for(xdev, lambda d: d.connection is not None)
 
 
@@ -382,7 +384,7 @@ async def test_connect_flood_is_bounded(hub: XiaozhiHub, make_mqtt: MqttFactory)
     await asyncio.sleep(0.05)
     device = await make_mqtt()
     await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
-    assert device.online.is_set()
+    assert device.mqtt.online.is_set()
 
 
 async def test_sockets_kept_topped_up_from_the_devices_address_never_keep_it_out(
@@ -410,7 +412,7 @@ async def test_sockets_kept_topped_up_from_the_devices_address_never_keep_it_out
             async with asyncio.timeout(10):
                 device = await make_mqtt()
                 await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
-            assert device.online.is_set()
+            assert device.mqtt.online.is_set()
             await device.drop()
             await wait_for(hub.devices[MAC], lambda d: d.connection is None)
         assert hub.mqtt.pending_count <= MAX_UNAUTHENTICATED_PER_ADDRESS
@@ -488,7 +490,7 @@ async def test_udp_garbage_replays_and_spoofing(
         from xiaozhi_sim.voice import MicEncoder
 
         packets = list(MicEncoder(60).packets(speech_pcm()[:32000]))
-        genuine = device.send_datagram(packets[0])
+        genuine = device.mqtt.udp.send_datagram(packets[0])
         await wait_for(xdev, lambda _d: link.audio_open)
         frames = link.audio_frames
         peer = channel.peer
@@ -501,11 +503,11 @@ async def test_udp_garbage_replays_and_spoofing(
         spoof.sendto(bytes(forged))
         # The device goes on: its next genuine packet is taken. Sent after the two above on
         # loopback, it is handled after them: once it counts, they were refused.
-        device.send_datagram(packets[1])
+        device.mqtt.udp.send_datagram(packets[1])
         await until(lambda: link.audio_frames == frames + 1)
         assert channel.peer == peer
         assert received == []
-        device.send_datagram(packets[2])
+        device.mqtt.udp.send_datagram(packets[2])
         await until(lambda: link.audio_frames == frames + 2)
         assert channel.peer == peer
     finally:
@@ -530,7 +532,7 @@ async def test_timer_rings_on_an_idle_device(
         hass, "test", intent.INTENT_START_TIMER, {"minutes": {"value": 2}}, device_id=xdev.device_id
     )
     assert response.response_type == intent.IntentResponseType.ACTION_DONE
-    assert not device.audio_channel_open  # idle all the while
+    assert not device.mqtt.audio_channel_open  # idle all the while
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(minutes=2, seconds=1))
     alert = await device.wait_message(lambda m: m.get("type") == "alert")
     assert alert["message"] == "Timer done: 2 min"
@@ -549,12 +551,12 @@ async def test_py_xiaozhi_over_mqtt(hass: HomeAssistant, ready: Voice, hub: Xiao
     """py-xiaozhi's MQTT mode: MQTT per conversation, a subscription, 20 ms frames, its own headers."""
     device = await make_mqtt(flavor="py-xiaozhi")
     xdev = hub.devices[MAC]
-    assert not device.online.is_set()  # it connects when a conversation starts, not at boot
+    assert not device.mqtt.online.is_set()  # it connects when a conversation starts, not at boot
     assert xdev.connection is None
     await device.connect()  # CONNECT, SUBSCRIBE, then hello at once
     await wait_settled(xdev)
-    assert device.subscribed
-    assert device.subacks == 1
+    assert device.mqtt.subscribed
+    assert device.mqtt.subacks == 1
     assert xdev.find_tool("self.audio_speaker.set_volume") is not None
     await hass.services.async_call(
         "number", "set_value", {"entity_id": "number.kitchen_volume", "value": 42}, blocking=True
@@ -567,9 +569,9 @@ async def test_py_xiaozhi_over_mqtt(hass: HomeAssistant, ready: Voice, hub: Xiao
     assert 1.0 <= float(stt["text"].split()[1]) <= 3.5
     assert loud_seconds(bytes(device.speaker_pcm), 24000) > speech_seconds(ready.agent.reply) * 0.8
     # Its goodbye ends the MQTT session too (``_handle_goodbye``): the device is offline until asked again.
-    await device.goodbye()
+    await device.mqtt.goodbye()
     async with asyncio.timeout(5):
-        await device.wait_offline()
+        await device.mqtt.wait_offline()
     await wait_for(xdev, lambda d: d.connection is None)
 
 
@@ -593,7 +595,7 @@ async def test_every_device_comes_back_after_a_restart(
     await hass.async_block_till_done()
     kitchen = await make_mqtt()
     desk = await make_mqtt(mac=MAC2, client_id=CLIENT_ID2)
-    tasks = [asyncio.create_task(device.stay_online(reconnect_interval=0.05)) for device in (kitchen, desk)]
+    tasks = [asyncio.create_task(device.mqtt.stay_online(reconnect_interval=0.05)) for device in (kitchen, desk)]
     try:
         await wait_for(hub.devices[MAC2], lambda d: d.connection is not None)
         assert await hass.config_entries.async_reload(hub.entry.entry_id)
@@ -634,7 +636,7 @@ async def test_blocked_udp_raises_a_repair(
     assert issue.translation_placeholders == {"device": "Kitchen", "port": str(hub.mqtt.udp_port)}  # type: ignore[union-attr]
     from xiaozhi_sim.voice import MicEncoder
 
-    device.send_datagram(next(iter(MicEncoder(60).packets(speech_pcm()[:8000]))))
+    device.mqtt.udp.send_datagram(next(iter(MicEncoder(60).packets(speech_pcm()[:8000]))))
     await wait_for(xdev, lambda d: d.connection is not None and d.connection.audio_open)
     assert issue_registry.async_get_issue(DOMAIN, "udp_blocked") is None
 
@@ -657,7 +659,7 @@ async def test_announce_while_idle_on_firmware_25_is_spoken(
     assert expected - 0.1 <= played <= expected + 0.2
     assert loud_seconds(bytes(device.notify_pcm), 24000) > expected * 0.8
     assert not any(m["type"] == "alert" for m in device.log)
-    assert not device.audio_channel_open  # no conversation was opened for it
+    assert not device.mqtt.audio_channel_open  # no conversation was opened for it
     # The URL served once: a second fetch (a replay by anyone who saw it) finds nothing.
     from aiohttp import ClientSession
 
@@ -746,7 +748,7 @@ async def test_connection_select_moves_a_device_off_mqtt_at_once(
         "select", "select_option", {"entity_id": "select.kitchen_connection", "option": "websocket"}, blocking=True
     )
     async with asyncio.timeout(5):
-        await device.wait_offline()
+        await device.mqtt.wait_offline()
     assert device.rebooted
     assert hub.mqtt is not None  # the hub still serves the others
     answer = await device.boot_mqtt(ota_url(client), timing=FAST)
@@ -809,7 +811,7 @@ async def test_a_host_holding_idle_sockets_cannot_lock_out_its_lan(hub: XiaozhiH
             held += [await _raw(hub) for _ in range(5)]  # the flood goes on
             device = await make_mqtt()
             await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
-            assert device.online.is_set()
+            assert device.mqtt.online.is_set()
             await device.drop()
             await wait_for(hub.devices[MAC], lambda d: d.connection is None)
         assert hub.mqtt is not None

@@ -21,7 +21,7 @@ from custom_components.xiaozhi_local.const import PING_INTERVAL
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, FREE_GUESSES, MAX_UNAUTHENTICATED, source_of
 from custom_components.xiaozhi_local.mqtt_channel import MAX_KEEPALIVE, UNANSWERED_LIMIT
-from xiaozhi_sim.mqtt import mqtt_connect
+from xiaozhi_sim.mqtt_wire import mqtt_connect
 
 from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_online, served_hub, wait_for
 from .helpers import next_answer
@@ -215,17 +215,17 @@ async def test_forged_audio_cannot_move_the_devices_audio(
     try:
         frames = link.audio_frames
         for _ in range(5):
-            elsewhere.sendto(device.seal(next(packets)))  # another host, however genuine
+            elsewhere.sendto(device.mqtt.udp.seal(next(packets)))  # another host, however genuine
         for _ in range(2 * MOVE_EVIDENCE):
-            other_port.sendto(device.seal(next(packets)))  # another port while the device streams
-        device.send_datagram(next(packets))  # the device goes on from where it was
+            other_port.sendto(device.mqtt.udp.seal(next(packets)))  # another port while the device streams
+        device.mqtt.udp.send_datagram(next(packets))  # the device goes on from where it was
         await until(lambda: link.audio_frames == frames + 1)
         assert channel.peer == peer
 
         await device.send_json(listen_start)  # its next turn: its NAT mapped it anew meanwhile
-        await device.rebind_udp()
+        await device.mqtt.udp.open()
         for _ in range(MOVE_EVIDENCE):
-            device.send_datagram(next(packets))
+            device.mqtt.udp.send_datagram(next(packets))
         await until(lambda: channel.peer != peer)
         assert channel.peer is not None
         assert channel.peer[0] == peer[0]
@@ -233,9 +233,9 @@ async def test_forged_audio_cannot_move_the_devices_audio(
         moved = channel.peer
 
         await device.send_json(listen_start)  # the next turn: a neighbour of its address guesses
-        header = device.seal(next(packets))[:16]  # what an observer of the path has seen
+        header = device.mqtt.udp.seal(next(packets))[:16]  # what an observer of the path has seen
         guesses = random.Random(7)
-        first = device.local_sequence + 1
+        first = device.mqtt.udp.local_sequence + 1
 
         def refused(count: int) -> Callable[[], bool]:
             return lambda: sum(link.log.counts.values()) == count
@@ -246,7 +246,7 @@ async def test_forged_audio_cannot_move_the_devices_audio(
                 sequence = (first + index).to_bytes(4)
                 other_port.sendto(header[:2] + (61).to_bytes(2) + header[4:12] + sequence + guesses.randbytes(61))
             await until(refused(expected))
-        device.send_datagram(next(packets))  # sent after the guesses: handled after them
+        device.mqtt.udp.send_datagram(next(packets))  # sent after the guesses: handled after them
         await until(lambda: link.audio_frames == frames + 2 + MOVE_EVIDENCE)
         assert channel.peer == moved
         assert channel.audio is not None

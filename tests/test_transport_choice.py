@@ -1,6 +1,6 @@
 """A device's connection choice reaches it by itself: restarted onto the chosen transport when it can.
 
-The devices are ``MqttDevice``s that speak both transports as the firmware does: each boot uses
+The devices are ``SimulatedDevice``s that speak both transports as the firmware does: each boot uses
 the one its OTA answer picks (``mqtt`` wins, else ``websocket``), and they boot again by
 themselves after a restart. Nobody touches a device in these tests: the only actions are the
 user's (the Connection select, the hub option) and the device's own (talking, powering on).
@@ -17,7 +17,6 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
-from xiaozhi_sim.mqtt import MqttDevice
 
 from .conftest import CLIENT_ID, FAST, MAC, ota_url, served_hub, wait_for, wait_settled
 from .helpers import wait_entity
@@ -27,7 +26,7 @@ from .voice import Voice
 SENSOR = "sensor.kitchen_transport"
 SELECT = "select.kitchen_connection"
 
-type Factory = Callable[..., Awaitable[MqttDevice]]
+type Factory = Callable[..., Awaitable[SimulatedDevice]]
 
 
 @pytest.fixture
@@ -39,11 +38,11 @@ async def hub(hass: HomeAssistant, setup_integration: MockConfigEntry, client: T
 @pytest.fixture
 async def make_device(hub: XiaozhiHub, client: TestClient[Any, Any]) -> AsyncIterator[Factory]:
     """Stock devices that boot through OTA and boot again by themselves after a restart."""
-    devices: list[MqttDevice] = []
+    devices: list[SimulatedDevice] = []
 
-    async def factory(**kwargs: Any) -> MqttDevice:
+    async def factory(**kwargs: Any) -> SimulatedDevice:
         options = {"hello_timeout": 5, "reboots": True} | kwargs
-        device = MqttDevice(SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID, **options))
+        device = SimulatedDevice(SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID, **options), speaks_mqtt=True)
         devices.append(device)
         await device.boot_mqtt(ota_url(client), timing=FAST)
         return device
@@ -61,9 +60,9 @@ async def transport_state(hass: HomeAssistant, wanted: str) -> None:
     await wait_entity(hass, SENSOR, lambda s: s.state == wanted)
 
 
-async def on_mqtt(hub: XiaozhiHub, device: MqttDevice) -> None:
+async def on_mqtt(hub: XiaozhiHub, device: SimulatedDevice) -> None:
     """Until the device is online over MQTT and settled."""
-    await asyncio.wait_for(device.online.wait(), 5)
+    await asyncio.wait_for(device.mqtt.online.wait(), 5)
     assert device.transport == "mqtt"
     xdev = hub.devices[MAC]
     await wait_for(xdev, lambda d: d.connection is not None and d.connection.transport_name == "mqtt")
@@ -130,7 +129,7 @@ async def test_a_device_in_a_conversation_is_restarted_once_it_is_over(
     await choose(hass, "websocket")
     await transport_state(hass, "to_websocket")
     assert not device.rebooted  # never in the middle of a conversation
-    await device.goodbye()  # the device ends it (button)
+    await device.mqtt.goodbye()  # the device ends it (button)
     await device.wait_boots(boots + 1)
     assert device.transport == "websocket"
 
@@ -234,10 +233,10 @@ async def test_a_device_that_does_not_come_back_on_the_chosen_transport_is_resta
     device.options.reboots = False  # it reboots, but we boot it ourselves below
     await choose(hass, "websocket")
     async with asyncio.timeout(5):
-        await device.wait_offline()
+        await device.mqtt.wait_offline()
     assert device.rebooted
     device.rebooted = False
-    await device.start()  # back on MQTT without asking OTA (the check failed, say)
+    await device.mqtt.start()  # back on MQTT without asking OTA (the check failed, say)
     await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
     await wait_settled(hub.devices[MAC])
     assert not device.rebooted  # not restarted again before a new OTA answer

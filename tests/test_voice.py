@@ -84,8 +84,8 @@ async def wait_state(hass: HomeAssistant, entity_id: str, wanted: str) -> None:
 async def tts_stops(device: SimulatedDevice, count: int = 1) -> None:
     async with asyncio.timeout(30):
         while device.count(lambda m: m.get("type") == "tts" and m.get("state") == "stop") < count:
-            device._logged.clear()
-            await device._logged.wait()
+            device.logged.clear()
+            await device.logged.wait()
 
 
 async def test_custom_wake_word(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:

@@ -34,7 +34,6 @@ from custom_components.xiaozhi_local.wake_words import AS_BUILT, _make_pack
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.assets import default_pack
 from xiaozhi_sim.firmware import build_image, flash_image
-from xiaozhi_sim.mqtt import MqttDevice
 
 from .conftest import (
     CLIENT_ID,
@@ -93,7 +92,7 @@ async def hub(
 
 
 @pytest.fixture
-async def device(hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any]) -> AsyncIterator[MqttDevice]:
+async def device(hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any]) -> AsyncIterator[SimulatedDevice]:
     """A stock device online over MQTT that restarts by itself; its Wake word select is there."""
     device = await mqtt_online(hub, client, reboots=True)
     await wait_entity(hass, ENTITY, lambda s: s.state == AS_BUILT)
@@ -101,7 +100,7 @@ async def device(hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, A
     await device.drop()
 
 
-async def changed(hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, option: str) -> XiaozhiDevice:
+async def changed(hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice, option: str) -> XiaozhiDevice:
     """Choose ``option``; until the device has restarted (fetching its pack at boot) and is back."""
     boots = device.boots
     await choose(hass, option)
@@ -111,7 +110,7 @@ async def changed(hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, opti
     return xdev
 
 
-async def detect(device: MqttDevice, text: str) -> None:
+async def detect(device: SimulatedDevice, text: str) -> None:
     """``listen detect``: the wake word the device heard (the firmware sends what its model names)."""
     await device.send_json({"session_id": device.session_id, "type": "listen", "state": "detect", "text": text})
 
@@ -121,7 +120,7 @@ async def choose(hass: HomeAssistant, option: str) -> None:
 
 
 async def test_choosing_hi_esp_makes_the_device_wake_on_it(
-    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], device: MqttDevice
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], device: SimulatedDevice
 ) -> None:
     state = hass.states.get(ENTITY)
     assert state is not None
@@ -169,7 +168,7 @@ async def test_a_pack_too_big_for_the_partition_never_reaches_the_device(
 
 @pytest.mark.parametrize("option", ["Hi ESP", AS_BUILT])
 async def test_a_board_pack_with_a_broken_checksum_is_never_sent(
-    hass: HomeAssistant, wake_dir: Path, device: MqttDevice, option: str
+    hass: HomeAssistant, wake_dir: Path, device: SimulatedDevice, option: str
 ) -> None:
     pack = bytearray(default_pack())
     pack[200] ^= 0x10
@@ -180,14 +179,14 @@ async def test_a_board_pack_with_a_broken_checksum_is_never_sent(
     assert device.wake_word == "你好小智"
 
 
-async def test_a_model_not_in_the_folder_is_named(hass: HomeAssistant, device: MqttDevice) -> None:
+async def test_a_model_not_in_the_folder_is_named(hass: HomeAssistant, device: SimulatedDevice) -> None:
     with pytest.raises(HomeAssistantError, match="wn9_alexa"):
         await choose(hass, "Alexa")
     assert device.assets.downloads == []
 
 
 async def test_the_new_phrase_is_a_wake_word_not_a_question(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice
+    hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice
 ) -> None:
     """ "Hey,Willow" is no phrase the satellite knew: after the change it is the device's wake word."""
     xdev = await changed(hass, hub, device, "Hey Willow")
@@ -204,7 +203,7 @@ async def test_the_new_phrase_is_a_wake_word_not_a_question(
 
 
 async def test_a_device_that_wakes_on_another_word_fails_the_change(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice
+    hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice
 ) -> None:
     """Its first wake after the restart is not the new word: the entity says so, the old choice is back."""
     xdev = await changed(hass, hub, device, "Hi ESP")
@@ -249,7 +248,7 @@ async def test_a_websocket_device_fetches_its_pack_when_its_conversation_ends(
 
 
 async def test_the_boards_pack_is_found_in_a_release_flash_image(
-    hass: HomeAssistant, hub: XiaozhiHub, wake_dir: Path, device: MqttDevice
+    hass: HomeAssistant, hub: XiaozhiHub, wake_dir: Path, device: SimulatedDevice
 ) -> None:
     """No ``<board>.bin``: the pack in the assets partition of the board's merged image is the base."""
     (wake_dir / f"{BOARD}.bin").unlink()
@@ -261,7 +260,9 @@ async def test_the_boards_pack_is_found_in_a_release_flash_image(
     assert device.assets.files["font_puhui_common_20_4.bin"] == b"\xf0" * 3000  # the rest of the pack kept
 
 
-async def test_without_the_boards_pack_nothing_is_sent(hass: HomeAssistant, wake_dir: Path, device: MqttDevice) -> None:
+async def test_without_the_boards_pack_nothing_is_sent(
+    hass: HomeAssistant, wake_dir: Path, device: SimulatedDevice
+) -> None:
     (wake_dir / f"{BOARD}.bin").unlink()
     with pytest.raises(HomeAssistantError, match=f"{BOARD}.bin"):
         await choose(hass, "Hi ESP")
@@ -270,7 +271,7 @@ async def test_without_the_boards_pack_nothing_is_sent(hass: HomeAssistant, wake
 
 @pytest.mark.usefixtures(no_cyclic_gc.__name__)
 async def test_changing_the_wake_word_again_and_again_leaves_nothing_behind(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice
+    hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice
 ) -> None:
     """Eight changes, each fetched, confirmed by a wake and its conversation ended: nothing piles up."""
     baseline: dict[str, int] | None = None
@@ -344,7 +345,7 @@ async def esp_sr(hass: HomeAssistant, hub: XiaozhiHub, monkeypatch: pytest.Monke
 
 
 async def test_a_catalog_model_is_downloaded_once_when_allowed(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr
+    hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice, esp_sr: EspSr
 ) -> None:
     """Alexa is not in the folder: downloaded from esp-sr in many pieces, cached, used; then from the cache."""
     await changed(hass, hub, device, "Alexa")
@@ -358,7 +359,7 @@ async def test_a_catalog_model_is_downloaded_once_when_allowed(
 
 
 async def test_nothing_is_downloaded_unless_allowed(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr
+    hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice, esp_sr: EspSr
 ) -> None:
     options = {**hub.entry.options, CONF_WAKE_WORD_MODELS: False}
     hass.config_entries.async_update_entry(hub.entry, options=options)
@@ -394,7 +395,7 @@ async def test_every_catalog_model_reaches_the_pack_whole(
 @pytest.mark.parametrize("broken", BROKEN)
 @pytest.mark.parametrize("file", ["wn9_data", "wn9_index"])
 async def test_a_model_that_arrives_cut_or_lying_is_refused_and_not_cached(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr, broken: str, file: str
+    hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice, esp_sr: EspSr, broken: str, file: str
 ) -> None:
     """Closed half-way, a Content-Length that lies, no length and closed early, missing: never kept."""
     esp_sr.broken[f"wn9_jarvis_tts/{file}"] = broken
@@ -408,7 +409,7 @@ async def test_a_model_that_arrives_cut_or_lying_is_refused_and_not_cached(
 
 
 async def test_jarvis_whose_model_info_starts_with_a_comment_works(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr
+    hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice, esp_sr: EspSr
 ) -> None:
     """esp-sr's Jarvis: a comment line, then the model's line. Offered, downloaded, heard, confirmed."""
     assert esp_sr.files["wn9_jarvis_tts"]["_MODEL_INFO_"].startswith(b"# (neural network type)")
@@ -425,7 +426,7 @@ async def test_jarvis_whose_model_info_starts_with_a_comment_works(
 
 
 async def test_a_changed_cached_model_is_fetched_again(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr
+    hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice, esp_sr: EspSr
 ) -> None:
     await changed(hass, hub, device, "Alexa")
     cached = hub.wake_words.files.cache / "wn9_alexa" / "wn9_data"
@@ -437,7 +438,7 @@ async def test_a_changed_cached_model_is_fetched_again(
 
 
 async def test_a_model_for_another_chip_is_refused_before_any_download(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr, wake_dir: Path
+    hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice, esp_sr: EspSr, wake_dir: Path
 ) -> None:
     """WakeNet 9s models are for the C3/C5/C6; a WakeNet 5 folder runs on no chip esp-sr 2 serves."""
     state = hass.states.get(ENTITY)
@@ -455,7 +456,7 @@ async def test_a_model_for_another_chip_is_refused_before_any_download(
 
 
 async def test_home_assistants_voice_settings_choose_the_wake_word(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, esp_sr: EspSr, hass_ws_client: WebSocketGenerator
+    hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice, esp_sr: EspSr, hass_ws_client: WebSocketGenerator
 ) -> None:
     """Settings → Voice assistants lists the select's words; choosing one there changes the device."""
     satellite = "assist_satellite.kitchen"
@@ -489,7 +490,7 @@ async def test_a_multinet_board_takes_a_phrase(
 ) -> None:
     """A board built with the MultiNet "custom wake word": a Wake phrase text instead of the select."""
     (wake_dir / f"{BOARD}.bin").write_bytes(default_pack("你好小智", multinet=True))
-    device: MqttDevice = await mqtt_online(
+    device: SimulatedDevice = await mqtt_online(
         hub, client, reboots=True, assets_pack=default_pack("你好小智", multinet=True)
     )
     try:
@@ -538,7 +539,7 @@ async def test_a_pinyin_phrase_for_an_english_multinet_board_is_refused(
     """An English MultiNet model (mn7_en) never hears pinyin: refused with the reason, nothing sent."""
     pack = default_pack("Hey Xiaozhi", multinet=True, english=True)
     (wake_dir / f"{BOARD}.bin").write_bytes(pack)
-    device: MqttDevice = await mqtt_online(hub, client, reboots=True, assets_pack=pack)
+    device: SimulatedDevice = await mqtt_online(hub, client, reboots=True, assets_pack=pack)
     try:
         text = "text.kitchen_wake_phrase"
         await wait_entity(hass, text, lambda s: s.state == "")
@@ -557,7 +558,7 @@ async def test_a_pinyin_phrase_for_an_english_multinet_board_is_refused(
 
 
 async def test_a_second_choice_while_the_first_waits_replaces_it(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice
+    hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice
 ) -> None:
     """In a conversation the change waits; choosing again replaces it, and the first never arrives."""
     await mqtt_in_conversation(hub, device)
@@ -577,7 +578,7 @@ async def test_a_second_choice_while_the_first_waits_replaces_it(
 
 
 async def test_the_boards_pack_comes_from_its_release_when_that_source_is_on(
-    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], wake_dir: Path, device: MqttDevice
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], wake_dir: Path, device: SimulatedDevice
 ) -> None:
     """No local pack: the zip of the release the device runs (2.4.2) is fetched once, its pack kept."""
     (wake_dir / f"{BOARD}.bin").unlink()
@@ -621,7 +622,7 @@ async def test_the_boards_pack_comes_from_its_release_when_that_source_is_on(
 
 
 async def test_a_large_pack_tells_its_progress_once_per_percent(
-    hass: HomeAssistant, hub: XiaozhiHub, wake_dir: Path, device: MqttDevice
+    hass: HomeAssistant, hub: XiaozhiHub, wake_dir: Path, device: SimulatedDevice
 ) -> None:
     """Every chunk and acknowledgement reports progress: the entities hear of new percents only."""
     model_folder(wake_dir, "wn9_jarvis_tts", "wakeNet9_v1h24_Jarvis_3_0.6_0.6", size=3_000_000)
@@ -669,7 +670,7 @@ async def test_a_board_named_as_a_path_reads_no_file(
 
 
 async def test_symlinked_files_are_refused(
-    hass: HomeAssistant, hub: XiaozhiHub, device: MqttDevice, wake_dir: Path
+    hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice, wake_dir: Path
 ) -> None:
     """A model file linked to ``/proc/self/environ`` (st_size 0) or a pack linked elsewhere is never read."""
     (wake_dir / "wn9_hiesp" / "wn9_data").unlink()

@@ -4,8 +4,10 @@ Used by the tests, ``script/develop`` and the benchmarks; point it at any server
 ``python -m xiaozhi_sim --url … --token … --mac …``.
 """
 
-from .device import DeviceCrashed, HelloTimeout, SimulatedDevice, SimulatorOptions
+from .device import SimulatedDevice
+from .errors import DeviceCrashed, HelloTimeout
 from .mcp_server import McpServer, Property, Tool, ToolError
+from .options import SimulatorOptions
 from .ota import OtaClient, OtaError, OtaTiming
 from .register_client import RegisterClientOptions, RegisterToolsClient
 

@@ -7,8 +7,11 @@ import os
 import sys
 from typing import Any
 
-from .device import FLAVORS, DeviceCrashed, SimulatedDevice, SimulatorOptions
-from .mqtt import RECONNECT_INTERVAL, MqttDevice, MqttRefused
+from .device import SimulatedDevice
+from .errors import DeviceCrashed
+from .mqtt import RECONNECT_INTERVAL
+from .mqtt_wire import MqttRefused
+from .options import FLAVORS, SimulatorOptions
 from .register_client import RegisterClientOptions, RegisterToolsClient
 from .voice import UPLINK_RATE, MicEncoder
 
@@ -216,13 +219,13 @@ async def _stop(task: asyncio.Task[None] | None) -> None:
 
 async def _wake(device: SimulatedDevice) -> None:
     """The wake word: open the conversation channel, as the firmware does, if it is not open."""
-    if isinstance(device, MqttDevice):
-        if not device.audio_channel_open:
+    if device.link is device.mqtt:
+        if not device.mqtt.audio_channel_open:
             await device.connect()  # hello v3, the UDP channel
             # Woken, the firmware streams its microphone at once: its first datagram is what
             # tells Home Assistant where the answer's audio goes.
             for packet in MicEncoder(device.frame_ms).packets(bytes(UPLINK_RATE * 2 * device.frame_ms // 1000 * 3)):
-                device.send_datagram(packet)
+                device.mqtt.udp.send_datagram(packet)
     elif not device.is_connected:
         await device.connect()  # a WebSocket per conversation
         print(f"connected as {device.options.mac}, session {device.session_id}", flush=True)
@@ -271,7 +274,7 @@ async def _answer_questions(device: SimulatedDevice, reader: asyncio.StreamReade
 
 async def run_mqtt(args: argparse.Namespace, options: SimulatorOptions, mqtt: dict[str, object]) -> int:
     """Online from boot over MQTT, as the firmware is; reconnects while idle; audio only per conversation."""
-    device = MqttDevice(options, mqtt)
+    device = SimulatedDevice(options, mqtt, speaks_mqtt=True)
     print_heard(device)
     typing = asyncio.create_task(type_questions(device, args.type_from)) if args.type_from else None
     try:
@@ -284,12 +287,12 @@ async def run_mqtt(args: argparse.Namespace, options: SimulatorOptions, mqtt: di
     return code
 
 
-async def _stay_online(args: argparse.Namespace, device: MqttDevice) -> int | None:
+async def _stay_online(args: argparse.Namespace, device: SimulatedDevice) -> int | None:
     """Online until it ends: its exit code, or None when it restarted."""
     options = device.options
     while True:
         try:
-            await device.start()
+            await device.mqtt.start()
         except MqttRefused as err:
             print(f"MQTT refused: {err}", file=sys.stderr)
             return 1
@@ -299,7 +302,7 @@ async def _stay_online(args: argparse.Namespace, device: MqttDevice) -> int | No
                 return 1
         else:
             print(f"connected as {options.mac} over MQTT (always online)", flush=True)
-            await device.wait_offline()
+            await device.mqtt.wait_offline()
             print("disconnected", flush=True)
             if device.rebooted:
                 print("rebooting", flush=True)

@@ -23,7 +23,9 @@ name, password or publish topic; it subscribes (QoS 1) to ``subscribe_topic`` un
 or ``"null"``; its hello announces 20 ms frames; its uplink header keeps bytes 8–11 of the nonce (no
 timestamp); it ignores the downlink header beyond using it as the counter block.
 
-This file has its own MQTT and UDP code, written from the clients, not the server's.
+The device composes it (``SimulatedDevice.mqtt``) beside its WebSocket (``websocket.py``) and
+uses whichever its boot chose. This file has its own MQTT and UDP code, written from the clients,
+not the server's.
 """
 
 import asyncio
@@ -31,11 +33,22 @@ import contextlib
 import json
 import logging
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from .errors import HelloTimeout
+from .mqtt_wire import (
+    DISCONNECT,
+    PINGREQ,
+    MqttRefused,
+    mqtt_connect,
+    mqtt_publish,
+    mqtt_subscribe,
+    read_packet,
+)
+from .udp import UdpChannel
 
-from .device import HelloTimeout, SimulatedDevice, SimulatorOptions
+if TYPE_CHECKING:
+    from .device import SimulatedDevice
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -43,96 +56,19 @@ RECONNECT_INTERVAL = 60.0
 """``MQTT_RECONNECT_INTERVAL_MS``: seconds before an idle device reconnects."""
 
 
-class MqttRefused(Exception):
-    """The endpoint answered CONNECT with a non-zero return code (or closed instead)."""
+class MqttLink:
+    """One device's MQTT session and its UDP audio channel.
 
-    def __init__(self, code: int) -> None:
-        super().__init__(f"CONNACK return code {code}")
-        self.code = code
-
-
-def remaining_length(length: int) -> bytes:
-    """MQTT's variable-length encoding of a packet's remaining length."""
-    out = bytearray()
-    while True:
-        byte, length = length & 0x7F, length >> 7
-        out.append(byte | (0x80 if length else 0))
-        if not length:
-            return bytes(out)
-
-
-def _str(value: str) -> bytes:
-    data = value.encode()
-    return struct.pack(">H", len(data)) + data
-
-
-def mqtt_connect(client_id: str, username: str, password: str, keepalive: int) -> bytes:
-    """CONNECT as esp-mqtt sends it (MQTT 3.1.1, clean session, user name and password)."""
-    flags = 0x02 | (0x80 if username else 0) | (0x40 if password else 0)
-    body = _str("MQTT") + bytes([4, flags]) + struct.pack(">H", keepalive) + _str(client_id)
-    if username:
-        body += _str(username)
-    if password:
-        body += _str(password)
-    return bytes([0x10]) + remaining_length(len(body)) + body
-
-
-def mqtt_subscribe(packet_id: int, topic: str, qos: int) -> bytes:
-    """SUBSCRIBE to one topic (paho, as py-xiaozhi uses it)."""
-    body = struct.pack(">H", packet_id) + _str(topic) + bytes([qos])
-    return bytes([0x82]) + remaining_length(len(body)) + body
-
-
-def mqtt_publish(topic: str, payload: bytes) -> bytes:
-    """A QoS 0 PUBLISH."""
-    body = _str(topic) + payload
-    return bytes([0x30]) + remaining_length(len(body)) + body
-
-
-PINGREQ = bytes([0xC0, 0])
-DISCONNECT = bytes([0xE0, 0])
-
-
-async def read_packet(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
-    """(type, flags, body) of the next packet; IncompleteReadError at the end."""
-    first = (await reader.readexactly(1))[0]
-    length, shift = 0, 0
-    while True:
-        byte = (await reader.readexactly(1))[0]
-        length |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            break
-    return first >> 4, first & 0x0F, await reader.readexactly(length)
-
-
-def aes_ctr(key: bytes, counter_block: bytes, data: bytes) -> bytes:
-    """AES-128-CTR over ``data``, the 16-byte header as the counter (``CryptAesCtr``)."""
-    context = Cipher(algorithms.AES(key), modes.CTR(counter_block)).encryptor()
-    return context.update(data) + context.finalize()
-
-
-class _Udp(asyncio.DatagramProtocol):
-    def __init__(self, device: MqttDevice) -> None:
-        self.device = device
-
-    def datagram_received(self, data: bytes, addr: Any) -> None:
-        self.device.on_datagram(data)
-
-
-class MqttDevice(SimulatedDevice):
-    """A stock device that speaks both transports, each boot the one its OTA answer picks.
-
-    ``InitializeProtocol``: MQTT+UDP when the answer has ``mqtt`` (online from boot, audio over
+    ``InitializeProtocol``: MQTT+UDP when the OTA answer has ``mqtt`` (online from boot, audio over
     UDP), else WebSocket when it has ``websocket`` (a socket per conversation), else MQTT with
-    what flash holds. Flash keeps the settings of earlier answers either way.
+    what flash holds. The device's ``boot_mqtt`` makes that choice; this is the MQTT side of it.
     """
 
-    def __init__(self, options: SimulatorOptions, mqtt: dict[str, Any] | None = None) -> None:
-        options.protocol_version = 1  # audio packets travel bare inside the datagrams
-        super().__init__(options)
-        if mqtt is not None:
-            self.nvs["mqtt"] = dict(mqtt)
+    name = "mqtt"
+
+    def __init__(self, device: SimulatedDevice) -> None:
+        self.device = device
+        self.options = device.options
         self._reader_stream: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._mqtt_task: asyncio.Task[None] | None = None
@@ -142,44 +78,17 @@ class MqttDevice(SimulatedDevice):
         self.offline = asyncio.Event()
         self.offline.set()
         self._hello_received = asyncio.Event()
-        self._udp: asyncio.DatagramTransport | None = None
-        self._key = b""
-        self._nonce = b""
-        self._udp_address: tuple[str, int] | None = None
-        self.local_sequence = 0
-        self.remote_sequence = 0
+        self.udp = UdpChannel(device.on_audio, keeps_nonce_timestamp=self.options.flavor == "py-xiaozhi")
+        """The conversation's audio channel (``udp.py``)."""
         self.subscribed = False  # the firmware never subscribes; py-xiaozhi does
         self.subacks = 0
-        self.datagrams_dropped = 0
         self._reboot_timer: asyncio.TimerHandle | None = None
         self.publishes_received = 0
-        self.transport = "mqtt"
-        """What this boot chose: ``mqtt``, or ``websocket`` (then it behaves as ``SimulatedDevice``)."""
-
-    # -- boot and the MQTT session ----------------------------------------------------------
-
-    async def boot_mqtt(self, ota_url: str, **kwargs: Any) -> dict[str, Any]:
-        """The OTA check, then the transport it chose (``mqtt`` wins, as in ``InitializeProtocol``)."""
-        self._boot_again = lambda: self.boot_mqtt(ota_url, **kwargs)
-        answer = await self.check_ota(ota_url, **kwargs)
-        if "mqtt" not in answer and isinstance(answer.get("websocket"), dict):
-            self.transport = "websocket"  # flash keeps the MQTT settings; this boot does not use them
-            self.use_websocket_settings()
-            return answer
-        self.transport = "mqtt"
-        if self.options.flavor != "py-xiaozhi":  # py-xiaozhi connects when a conversation starts
-            await self.start()
-        return answer
 
     @property
-    def on_websocket(self) -> bool:
-        """Whether this boot chose WebSocket (the device then opens a socket per conversation)."""
-        return self.transport == "websocket"
-
-    @property
-    def uses_mqtt(self) -> bool:
-        """Whether flash holds an MQTT endpoint."""
-        return bool(self.nvs.get("mqtt", {}).get("endpoint"))
+    def settings(self) -> dict[str, Any]:
+        """What flash holds for MQTT (the last OTA answer's ``mqtt``)."""
+        return self.device.nvs.get("mqtt", {})
 
     async def start(self) -> None:
         """``MqttProtocol::StartMqttClient``: connect with what NVS holds; MqttRefused if refused.
@@ -192,7 +101,7 @@ class MqttDevice(SimulatedDevice):
             await self._start()
 
     async def _start(self) -> None:
-        settings = self.nvs.get("mqtt", {})
+        settings = self.settings
         endpoint = str(settings.get("endpoint", ""))
         if not endpoint:
             raise RuntimeError("MQTT endpoint is not specified")
@@ -234,7 +143,7 @@ class MqttDevice(SimulatedDevice):
             self.subscribed = True
         self.offline.clear()
         self.online.set()
-        self.closed.clear()
+        self.device.closed.clear()
         self._mqtt_task = asyncio.create_task(self._mqtt_loop(), name=f"xiaozhi_sim mqtt {self.options.mac}")
         self._keepalive_task = asyncio.create_task(self._ping_loop(keepalive))
 
@@ -270,8 +179,8 @@ class MqttDevice(SimulatedDevice):
             self._reboot_timer = None
         self.online.clear()
         self.offline.set()
-        self._close_udp()
-        self.closed.set()
+        self.udp.close()
+        self.device.closed.set()
         if self._keepalive_task is not None:
             self._keepalive_task.cancel()
 
@@ -288,14 +197,14 @@ class MqttDevice(SimulatedDevice):
         elif msg["type"] == "goodbye":
             session_id = msg.get("session_id")
             if self.options.flavor == "py-xiaozhi":  # a missing session id counts; MQTT goes too
-                if not session_id or session_id == self.session_id:
+                if not session_id or session_id == self.device.session_id:
                     self._close_channel(send_goodbye=False)
                     await self._disconnect()
-            elif isinstance(session_id, str) and session_id == self.session_id:
+            elif isinstance(session_id, str) and session_id == self.device.session_id:
                 self._close_channel(send_goodbye=False)
-            self._logged_message(msg)
+            self.device.log_message(msg)
         else:
-            await self._on_text(payload)
+            await self.device.on_text(payload)
 
     # -- the audio channel --------------------------------------------------------------------
 
@@ -304,35 +213,17 @@ class MqttDevice(SimulatedDevice):
         if msg.get("transport") != "udp":
             return
         if isinstance(msg.get("session_id"), str):
-            self.session_id = msg["session_id"]
-        udp = msg.get("udp")
-        if not isinstance(udp, dict):
+            self.device.session_id = msg["session_id"]
+        if not self.udp.configure(msg.get("udp")):
             return
-        server, port, key, nonce = udp.get("server"), udp.get("port"), udp.get("key"), udp.get("nonce")
-        if not isinstance(server, str) or not isinstance(port, int) or not 0 < port <= 65535:
-            return
-        try:
-            key_bytes, nonce_bytes = bytes.fromhex(str(key)), bytes.fromhex(str(nonce))
-        except ValueError:
-            return
-        if len(key_bytes) != 16 or len(nonce_bytes) != 16:
-            return
-        self._key, self._nonce = key_bytes, nonce_bytes
-        self._udp_address = (server, port)
-        self.local_sequence = self.remote_sequence = 0
-        self.server_hello = msg
+        self.device.server_hello = msg
         self._hello_received.set()
 
     async def connect(self) -> None:
         """``OpenAudioChannel``: (re)connect MQTT if needed, hello v3, wait 10 s, open UDP."""
-        if self.on_websocket:
-            await super().connect()
-            return
-        self._check_not_upgrading()
         if self._writer is None or self._writer.is_closing():
             await self.start()
-        self.session_id = ""
-        self.server_hello = None
+        self.device.session_id = ""
         self._hello_received.clear()
         await self.send_json(self.hello())
         try:
@@ -340,18 +231,12 @@ class MqttDevice(SimulatedDevice):
                 await self._hello_received.wait()
         except TimeoutError:
             raise HelloTimeout("no valid server hello") from None
-        assert self._udp_address is not None
-        self._close_udp()
-        transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
-            lambda: _Udp(self), remote_addr=self._udp_address
-        )
-        self._udp = transport
-        self.closed.clear()
+        await self.udp.open()
+        self.device.closed.clear()
 
     def hello(self) -> dict[str, Any]:
         """``MqttProtocol::GetHelloMessage`` (py-xiaozhi: its own, 20 ms frames)."""
-        if self.on_websocket:
-            return super().hello()
+        frame_ms = self.device.frame_ms
         if self.options.flavor == "py-xiaozhi":
             return {
                 "type": "hello",
@@ -362,7 +247,7 @@ class MqttDevice(SimulatedDevice):
                     "format": "opus",
                     "sample_rate": 16000,
                     "channels": 1,
-                    "frame_duration": self.frame_ms,
+                    "frame_duration": frame_ms,
                 },
             }
         return {
@@ -371,28 +256,27 @@ class MqttDevice(SimulatedDevice):
             "transport": "udp",
             "features": {"mcp": True, "glyph_push": True},
             "text_font": {"bundle": "noto-v1", "charset": "common", "size": 20, "bpp": 4},
-            "audio_params": {"format": "opus", "sample_rate": 16000, "channels": 1, "frame_duration": self.frame_ms},
+            "audio_params": {"format": "opus", "sample_rate": 16000, "channels": 1, "frame_duration": frame_ms},
         }
+
+    @property
+    def is_connected(self) -> bool:
+        """Whether a conversation's audio channel is open."""
+        return self.udp.is_open and not self.device.closed.is_set()
 
     @property
     def audio_channel_open(self) -> bool:
         """Whether the UDP channel exists (``IsAudioChannelOpened``, without its 120 s timeout)."""
-        return self._udp is not None
-
-    def _close_udp(self) -> None:
-        if self._udp is not None:
-            self._udp.close()
-            self._udp = None
+        return self.udp.is_open
 
     def _close_channel(self, *, send_goodbye: bool) -> None:
         """``CloseAudioChannel``: the UDP socket goes; the device is idle."""
-        self._close_udp()
-        self.device_state = "idle"
+        self.udp.close()
+        self.device.device_state = "idle"
         if send_goodbye and self._writer is not None:
-            self._writer.write(
-                mqtt_publish(self._topic(), json.dumps({"session_id": self.session_id, "type": "goodbye"}).encode())
-            )
-        self.closed.set()
+            goodbye = {"session_id": self.device.session_id, "type": "goodbye"}
+            self._writer.write(mqtt_publish(self._topic(), json.dumps(goodbye).encode()))
+        self.device.closed.set()
 
     async def goodbye(self) -> None:
         """The device ends the conversation (button, or its own timeout)."""
@@ -409,74 +293,23 @@ class MqttDevice(SimulatedDevice):
             writer.write(DISCONNECT)
             writer.close()
 
-    def send_datagram(self, payload: bytes, timestamp: int = 0) -> bytes:
-        """``SendAudio``: the nonce with length, timestamp and sequence written in; returns it."""
-        if self._udp is None:
-            raise ConnectionError("the audio channel is closed")
-        datagram = self.seal(payload, timestamp)
-        self._udp.sendto(datagram)
-        return datagram
-
-    def seal(self, payload: bytes, timestamp: int = 0) -> bytes:
-        """The next uplink datagram, as ``SendAudio`` builds it, without sending it (its sequence is used)."""
-        self.local_sequence += 1
-        header = bytearray(self._nonce)
-        struct.pack_into(">H", header, 2, len(payload))
-        if self.options.flavor != "py-xiaozhi":  # py-xiaozhi leaves the nonce's bytes 8–11 there
-            struct.pack_into(">I", header, 8, timestamp & 0xFFFFFFFF)
-        struct.pack_into(">I", header, 12, self.local_sequence)
-        return bytes(header) + aes_ctr(self._key, bytes(header), payload)
-
-    async def rebind_udp(self) -> None:
-        """A NAT on the way maps the device's UDP socket to a new port (same address, same session)."""
-        assert self._udp_address is not None
-        self._close_udp()
-        transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
-            lambda: _Udp(self), remote_addr=self._udp_address
-        )
-        self._udp = transport
-
-    def send_udp_raw(self, datagram: bytes) -> None:
-        """Any datagram to the server's audio port (tests of hostile input)."""
-        if self._udp is None:
-            raise ConnectionError("the audio channel is closed")
-        self._udp.sendto(datagram)
-
-    def on_datagram(self, data: bytes) -> None:
-        """The UDP ``OnMessage`` checks, in the firmware's order; then the speaker."""
-        if len(data) < 16 or data[0] != 0x01:
-            self.datagrams_dropped += 1
-            return
-        length, sequence = struct.unpack_from(">H", data, 2)[0], struct.unpack_from(">I", data, 12)[0]
-        if len(data) != 16 + length or sequence <= self.remote_sequence:
-            self.datagrams_dropped += 1
-            return
-        self.remote_sequence = sequence
-        self._on_audio(aes_ctr(self._key, data[:16], data[16:]))
-
     # -- what the conversation API sends --------------------------------------------------------
 
     def _topic(self) -> str:
-        return str(self.nvs.get("mqtt", {}).get("publish_topic", ""))
+        return str(self.settings.get("publish_topic", ""))
 
     async def send_json(self, msg: dict[str, Any]) -> None:
         """``SendText``: one PUBLISH to the publish topic."""
-        if self.on_websocket:
-            await super().send_json(msg)
-            return
         if self._writer is None or self._writer.is_closing():
             raise ConnectionError("MQTT is not connected")
-        self.sent.append(msg)
+        self.device.sent.append(msg)
         self._writer.write(mqtt_publish(self._topic(), json.dumps(msg, ensure_ascii=False).encode()))
         await self._writer.drain()
 
     async def send_raw(self, frame: str | bytes) -> None:
         """Text as a PUBLISH; bytes are one Opus packet for the audio channel."""
-        if self.on_websocket:
-            await super().send_raw(frame)
-            return
         if isinstance(frame, bytes):
-            self.send_datagram(frame, self.local_sequence * self.frame_ms)
+            self.udp.send_datagram(frame, self.udp.local_sequence * self.device.frame_ms)
         else:
             if self._writer is None:
                 raise ConnectionError("MQTT is not connected")
@@ -498,13 +331,12 @@ class MqttDevice(SimulatedDevice):
             self._writer.transport.abort()
             self._writer = None
 
-    async def drop(self) -> None:
+    async def close(self) -> None:
         """Power off: the TCP connection and the UDP socket vanish without a word."""
-        await super().drop()  # a WebSocket conversation, and a reboot under way
         if self._writer is not None:
             self._writer.transport.abort()
             self._writer = None
-        for task in (self._mqtt_task, self._keepalive_task, self._reader):
+        for task in (self._mqtt_task, self._keepalive_task):
             if task is not None:
                 task.cancel()
         await asyncio.gather(
@@ -528,15 +360,9 @@ class MqttDevice(SimulatedDevice):
                 await self.wait_offline()
             await asyncio.sleep(reconnect_interval)
 
-    def _schedule_reboot(self) -> None:
-        if self.on_websocket:
-            super()._schedule_reboot()
-            return
-        self.rebooted = True
-        self.restarts.set()
-        self.device_state = "idle"
+    def power_off_soon(self) -> None:
+        """A restart: the MQTT session drops a moment later (the reply to ``reboot`` goes out first)."""
         self._reboot_timer = asyncio.get_running_loop().call_later(0.1, self._power_off_mqtt)
-        self._restart_later()
 
     def _power_off_mqtt(self) -> None:
         """``esp_restart``: the MQTT socket drops and its loop stops, wherever it waits.
@@ -549,10 +375,7 @@ class MqttDevice(SimulatedDevice):
         if self._mqtt_task is not None and self._mqtt_task is not asyncio.current_task():
             self._mqtt_task.cancel()
 
-    async def _close_audio_channel(self) -> None:
+    async def close_audio_channel(self) -> None:
         """``CloseAudioChannel`` before an upgrade: the UDP channel goes (with a goodbye); MQTT stays."""
-        if self.on_websocket:
-            await super()._close_audio_channel()
-            return
-        if self._udp is not None:
+        if self.udp.is_open:
             self._close_channel(send_goodbye=True)

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 import pytest
 
 from custom_components.xiaozhi_local.protocol import mqtt as codec
-from xiaozhi_sim.mqtt import DISCONNECT, PINGREQ, mqtt_connect, mqtt_publish, mqtt_subscribe
+from xiaozhi_sim.mqtt_wire import DISCONNECT, PINGREQ, mqtt_connect, mqtt_publish, mqtt_subscribe
 
 FIRMWARE_STREAM = b"".join(
     (

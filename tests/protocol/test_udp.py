@@ -15,7 +15,7 @@ from custom_components.xiaozhi_local.protocol.udp import (
     AudioPeer,
     UdpError,
 )
-from xiaozhi_sim.mqtt import aes_ctr
+from xiaozhi_sim.mqtt_wire import aes_ctr
 
 
 def uplink(channel: AudioChannel, payload: bytes, sequence: int) -> bytes:

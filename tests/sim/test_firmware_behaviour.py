@@ -152,14 +152,14 @@ async def test_ir_tools_report_errors_as_results() -> None:
 
 
 def test_headers() -> None:
-    assert device(token="abc", mac="aa:bb:cc:dd:ee:ff", client_id="u", protocol_version=2).headers() == {
+    assert device(token="abc", mac="aa:bb:cc:dd:ee:ff", client_id="u", protocol_version=2).websocket.headers() == {
         "Authorization": "Bearer abc",
         "Protocol-Version": "2",
         "Device-Id": "aa:bb:cc:dd:ee:ff",
         "Client-Id": "u",
     }
-    assert device(token="Token abc").headers()["Authorization"] == "Token abc"  # a space: sent as is
-    assert "Authorization" not in device(token="").headers()
+    assert device(token="Token abc").websocket.headers()["Authorization"] == "Token abc"  # a space: sent as is
+    assert "Authorization" not in device(token="").websocket.headers()
 
 
 def test_hello_is_the_firmware_hello() -> None:
@@ -220,7 +220,7 @@ def test_the_decode_queue_of_each_generation() -> None:
         device = SimulatedDevice(SimulatorOptions(url="", firmware_version=version))
         device.device_state = "speaking"
         for _ in range(30):
-            device._on_audio(b"\xf8\xff\xfe")  # a burst, all at once
+            device.on_audio(b"\xf8\xff\xfe")  # a burst, all at once
         assert device.decode_queue == limit
         assert device.queue_dropped == max(0, 30 - limit)
 
@@ -228,14 +228,15 @@ def test_the_decode_queue_of_each_generation() -> None:
 async def test_a_bench_device_stamps_what_it_hears_without_decoding() -> None:
     """``decode_speaker=False`` (the bench's receiver): arrivals counted and stamped, nothing decoded;
     the default decodes, as the firmware plays."""
+    from xiaozhi_sim.speaker import on_tts
     from xiaozhi_sim.voice import mic_packets
 
     packets = mic_packets(bytes(1920 * 3))
     assert mic_packets(bytes(1920 * 3)) is packets  # one clip, one encoding, however many devices say it
     for decode, heard in ((True, True), (False, False)):
         sim = SimulatedDevice(SimulatorOptions(url="", decode_speaker=decode))
-        await sim._on_tts({"type": "tts", "state": "start"})
+        await on_tts(sim, {"type": "tts", "state": "start"})
         for packet in packets:
-            sim._on_audio(packet)
+            sim.on_audio(packet)
         assert len(sim.audio_at) == len(packets)
         assert bool(sim.speaker_pcm) is heard

@@ -141,7 +141,7 @@ async def test_the_tool_answers_only_after_a_failed_upgrade(server: TestServer) 
     assert device.device_state == "upgrading"  # started from idle: nothing resets it
     with pytest.raises(RuntimeError, match="upgrading"):
         await device.connect()  # it ignores the wake word until it restarts
-    device._schedule_reboot()
+    device.schedule_reboot()
     assert device.device_state == "idle"
 
 
