@@ -3,6 +3,9 @@ to its link through the link's inbound side, no import circle, no module too big
 
 import ast
 from pathlib import Path
+import shutil
+import subprocess
+import sys
 
 COMPONENT = Path(__file__).parents[1] / "custom_components" / "xiaozhi_local"
 
@@ -198,13 +201,47 @@ def test_annotations_tie_only_the_device_core() -> None:
 
 
 MAX_MODULE_LINES = 450
-"""A module past this many lines does more than one job (split it by job, see docs/architecture.md)."""
+"""A module past this many lines at Home Assistant's 88 columns does more than one job (split it by
+job, see docs/architecture.md). The repository is formatted at 120; the count is taken at 88, so the
+cap means what it means in Home Assistant core."""
+
+STILL_OVER = {
+    # Modules not yet split, each held at its size today: none may grow, and a split removes its row.
+    "xiaozhi_local/firmware/remote.py": 454,
+    "xiaozhi_local/protocol/firmware.py": 472,
+    "xiaozhi_local/link.py": 494,
+    "xiaozhi_local/device.py": 496,
+    "xiaozhi_local/protocol/mcp.py": 497,
+    "xiaozhi_local/wake_word_files.py": 499,
+    "xiaozhi_local/protocol/assets.py": 513,
+    "xiaozhi_local/firmware/installer.py": 529,
+    "xiaozhi_local/config_flow.py": 541,
+    "xiaozhi_local/wake_words.py": 544,
+}
 
 
-def test_no_module_is_over_450_lines() -> None:
-    sizes = {str(path.relative_to(COMPONENT)): len(path.read_text().splitlines()) for path in COMPONENT.rglob("*.py")}
-    assert len(sizes) > 40  # the walk found the package
-    assert {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}
+def lines_at_88(tmp_path: Path, roots: dict[str, Path]) -> dict[str, int]:
+    """Lines of each module under ``roots`` once ruff formats it at 88 columns (in a copy)."""
+    for name, root in roots.items():
+        shutil.copytree(root, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--no-cache", "--quiet", "--line-length", "88", str(tmp_path)],
+        check=True,
+        cwd=tmp_path,
+    )
+    return {str(path.relative_to(tmp_path)): len(path.read_text().splitlines()) for path in tmp_path.rglob("*.py")}
+
+
+def test_no_module_is_over_450_lines_at_88_columns(tmp_path: Path) -> None:
+    sizes = lines_at_88(tmp_path, {"xiaozhi_local": COMPONENT, "xiaozhi_sim": COMPONENT.parents[1] / "xiaozhi_sim"})
+    assert len(sizes) > 60  # the walk found both packages
+    over = {name: lines for name, lines in sizes.items() if lines > STILL_OVER.get(name, MAX_MODULE_LINES)}
+    assert over == {}
+    assert {name for name in STILL_OVER if sizes.get(name, 0) <= MAX_MODULE_LINES} == set()  # split: drop its row
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    (wide / "one.py").write_text("x = [" + ", ".join(f"'{i:040}'" for i in range(3)) + "]\n")
+    assert lines_at_88(tmp_path / "formatted", {"w": wide})["w/one.py"] > 1  # the count is taken at 88 columns
 
 
 def device_writes(path: Path) -> list[str]:
