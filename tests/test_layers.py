@@ -212,11 +212,9 @@ STILL_OVER = {
     "xiaozhi_local/link.py": 494,
     "xiaozhi_local/device.py": 496,
     "xiaozhi_local/protocol/mcp.py": 497,
-    "xiaozhi_local/wake_word_files.py": 499,
     "xiaozhi_local/protocol/assets.py": 513,
     "xiaozhi_local/firmware/installer.py": 529,
     "xiaozhi_local/config_flow.py": 541,
-    "xiaozhi_local/wake_words.py": 544,
 }
 
 

@@ -11,7 +11,7 @@ import pytest
 from custom_components.xiaozhi_local.firmware.remote import _unpack
 from custom_components.xiaozhi_local.protocol.assets import AssetsError
 from custom_components.xiaozhi_local.protocol.firmware import FirmwareError
-from custom_components.xiaozhi_local.wake_word_files import _release_pack
+from custom_components.xiaozhi_local.wake_word.disk import release_pack
 
 
 def _zip(method: int = zipfile.ZIP_STORED, *, flags: int = 0, corrupt: bool = False) -> bytes:
@@ -46,7 +46,7 @@ def test_a_release_zip_for_a_wake_word_pack_says_why(tmp_path: Path, zipped: byt
     path = tmp_path / "release.zip"
     path.write_bytes(zipped)
     with pytest.raises(AssetsError, match=reason):
-        _release_pack(path)
+        release_pack(path)
 
 
 @pytest.mark.parametrize(("zipped", "reason"), BAD_ZIPS.values(), ids=BAD_ZIPS.keys())

@@ -22,7 +22,8 @@ from .repairs import async_check_ffmpeg, async_check_url
 from .services import async_setup_services
 from .storage import hub_store
 from .vision import XiaozhiVisionView
-from .wake_words import DATA_WAKE_WORDS, XiaozhiWakeWordView
+from .wake_word.change import DATA_WAKE_WORDS
+from .wake_word.view import XiaozhiWakeWordView
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
 PLATFORMS = [

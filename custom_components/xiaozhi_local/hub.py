@@ -40,8 +40,8 @@ from .repairs import async_mqtt_port, async_token_accepted
 from .storage import HubStorage
 from .tasks import watched
 from .urls import assets_url, firmware_url, notify_url, vision_url, websocket_url
-from .wake_word_files import FOLDER as WAKE_WORD_FOLDER, WakeWordFiles
-from .wake_words import WakeWords
+from .wake_word.change import WakeWords
+from .wake_word.files import FOLDER as WAKE_WORD_FOLDER, WakeWordFiles
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Read from esp-sr's ``model/wakenet_model/`` (HEAD ``7ff63a7``, esp-sr 2.4, which firmware 2.4 builds
 with: ``espressif/esp-sr: ~2.4.7``): the 58 ``wn9_*``, 7 ``wn9l_*`` and 5 ``wn9s_*`` folders. The
 older ``wn7*``/``wn8*`` ones are left out (esp-sr 2.x has no engine for them). A download is kept
-only when every file has the pinned size and digest (wake_word_files.py), so a cut or changed file
+only when every file has the pinned size and digest (files.py), so a cut or changed file
 never reaches a device.
 
 Which chips load which family follows esp-sr's ``Kconfig.projbuild`` and the firmware's defaults

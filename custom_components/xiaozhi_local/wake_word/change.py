@@ -10,7 +10,7 @@ first ``listen detect`` it sends says whether it wakes on the new word.
 What is needed comes from ``<config>/xiaozhi_wake_words/``: a folder per ESP-SR WakeNet model
 (``wn9_hiesp/`` with ``_MODEL_INFO_``, ``wn9_data``, ``wn9_index``, as in esp-sr's
 ``model/wakenet_model/``) and the board's default pack, ``<board>.bin`` (the firmware build's
-``generated_assets.bin``, renamed after the board). ``wake_word_catalog.CATALOG`` names esp-sr's
+``generated_assets.bin``, renamed after the board). ``catalog.CATALOG`` names esp-sr's
 models with their chips and languages, so the select and Home Assistant's voice settings offer
 them before any file is there.
 """
@@ -23,37 +23,22 @@ import logging
 import secrets
 from typing import Any, Final
 
-from aiohttp import web
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.exceptions import HomeAssistantError
-from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 from homeassistant.util.hass_dict import HassKey
 
-from .const import (
-    DOMAIN,
-    WAKE_WORD_PATH,
-)
-from .device import XiaozhiDevice
-from .errors import translated_error
-from .firmware.server import DownloadInterrupted, Sending
-from .protocol.assets import (
-    HEADER,
-    AssetsError,
-    check_pack,
-    pack_engine,
-    pack_wake_word,
-    parse_pack,
-    with_wake_phrase,
-    with_wakenet,
-)
-from .protocol.mcp import McpError
-from .restarts import Reason
-from .wake_word_catalog import CATALOG, WakeModel, chips_of
-from .wake_word_files import ENGINE_MULTINET, FOLDER, WakeWordFiles
+from ..const import DOMAIN
+from ..device import XiaozhiDevice
+from ..errors import translated_error
+from ..protocol.assets import AssetsError
+from ..protocol.mcp import McpError
+from ..restarts import Reason
+from .catalog import CATALOG, WakeModel, chips_of
+from .files import FOLDER, WakeWordFiles
+from .pack import AS_BUILT, ENGINE_MULTINET, engine_of, make_pack, same_word
 
 _LOGGER = logging.getLogger(__name__)
 
-AS_BUILT: Final = "as_built"
 SET_URL_TOOL: Final = "self.assets.set_download_url"
 URL_LIFETIME: Final = 3600.0
 """Seconds a pack's URL stays valid: the device fetches it at its next boot."""
@@ -65,9 +50,6 @@ LANGUAGES: Final = ("en", "zh", "fr", "ja")
 """The catalog's languages, in the order other languages follow Home Assistant's own in the list."""
 MAX_ERROR: Final = 500
 """Characters of an error shown on the entity at most (a state's attributes go to the recorder)."""
-PHRASE_SEPARATOR: Final = "|"
-"""Between the phrase a MultiNet board listens for, the text it shows, and (optionally) its threshold in
-percent (smaller hears more readily): ``ni hao xiao ming|你好小明|20``."""
 
 
 class Phase(StrEnum):
@@ -175,7 +157,7 @@ class WakeWords:
         if base is None:
             raise translated_error("wake_word_no_pack", board=facts.board_name or facts.board, folder=FOLDER)
         name, files = None, None
-        if option != AS_BUILT and await self.hass.async_add_executor_job(_engine, base) != ENGINE_MULTINET:
+        if option != AS_BUILT and await self.hass.async_add_executor_job(engine_of, base) != ENGINE_MULTINET:
             name = self.model_of(device, option)
             if not name.startswith("wn") or "/" in name or name.startswith(".") or len(name) > 31:
                 raise translated_error("wake_word_no_model", model=name[:64], folder=FOLDER)
@@ -184,7 +166,7 @@ class WakeWords:
             files = await self.files.async_model(name, facts.chip)
         try:
             pack, word, before = await self.hass.async_add_executor_job(
-                _make_pack, base, option, name, files, facts.assets_size
+                make_pack, base, option, name, files, facts.assets_size
             )
         except AssetsError as err:
             raise translated_error("wake_word_refused", device=device.name, reason=err.detail) from None
@@ -344,37 +326,6 @@ class WakeWords:
         job.device.async_changed()
 
 
-class XiaozhiWakeWordView(HomeAssistantView):
-    """``GET /api/xiaozhi_local/assets/{token}.bin``: a device fetches its new pack, once."""
-
-    url = WAKE_WORD_PATH + "/{token}.bin"
-    name = "api:xiaozhi_local:assets"
-    requires_auth = False  # the device has no Home Assistant login; the one-time token is the secret
-
-    async def get(self, request: web.Request, token: str) -> web.StreamResponse:
-        """200 with a Content-Length (the firmware refuses a body without one)."""
-        words = request.app[KEY_HASS].data.get(DATA_WAKE_WORDS)
-        job = words.take(token, request.remote) if words is not None else None
-        if words is None or job is None:
-            raise web.HTTPNotFound
-        sending = Sending(request, job.pack, lambda sent: words.async_progress(job, sent))
-        try:
-            await sending.async_run()
-        except DownloadInterrupted as err:
-            job.broken = sending.written > HEADER.size
-            words.async_fail(job, str(err))
-            if request.transport is not None:
-                request.transport.abort()
-        except asyncio.CancelledError:
-            if sending.written < len(job.pack):
-                job.broken = sending.written > HEADER.size  # the firmware writes from its first sector on
-                words.async_fail(job, f"the device closed the connection at {sending.written} of {len(job.pack)} bytes")
-            raise
-        finally:
-            job.fetched.set()
-        return sending.response
-
-
 def describe(job: WakeWordJob | None) -> dict[str, Any]:
     """The select's attributes: where a change is, and why it failed (or why a pack is restored)."""
     if job is None:
@@ -382,51 +333,3 @@ def describe(job: WakeWordJob | None) -> dict[str, Any]:
     error = job.error or (f"restoring the previous wake word: {job.cause}" if job.cause else None)
     progress = 100 if job.phase is Phase.DONE else job.progress
     return {"phase": job.phase.value, "progress": progress, "error": error[:MAX_ERROR] if error else None}
-
-
-def same_word(heard: str | None, expected: str) -> bool:
-    """Whether a reported wake word is the expected one (case, spaces and punctuation aside; ``or`` alternatives)."""
-    if heard is None:
-        return False
-    return bool(_spellings(heard) & _spellings(expected))
-
-
-def _spellings(word: str) -> set[str]:
-    """``Hi,Lily or Hi,莉莉`` → ``hilily``, ``hi莉莉`` and the whole; ``小滨小滨,小冰小冰`` → each half too."""
-    parts = [word, *word.split(" or ")]
-    if not any(ch.isascii() and ch.isalpha() for ch in word):
-        parts += word.split(",")
-    return {key for part in parts if (key := "".join(ch for ch in part.casefold() if ch.isalnum()))}
-
-
-def _engine(base: bytes) -> str | None:
-    """Blocking: the engine the board's pack is built for (None: a pack that cannot be read)."""
-    try:
-        return pack_engine(parse_pack(base))
-    except AssetsError:
-        return None
-
-
-def _make_pack(
-    base: bytes, option: str, name: str | None, files: dict[str, bytes] | None, partition: int
-) -> tuple[bytes, str | None, str | None]:
-    """Blocking: the new pack, the word it wakes on, and the word the base pack wakes on.
-
-    AssetsError when the device would refuse it (format, checksum, partition size, model).
-    """
-    before = pack_wake_word(parse_pack(base)).word  # what the device wakes on now (a broken base: refused)
-    if option == AS_BUILT:
-        pack = base
-    elif name is None:
-        command, _, rest = option.partition(PHRASE_SEPARATOR)
-        text, _, percent = rest.partition(PHRASE_SEPARATOR)
-        threshold = None
-        if percent.strip():
-            if not percent.strip().isdigit():
-                raise AssetsError("bad_phrase", "the threshold must be a whole percent from 1 to 99")
-            threshold = int(percent.strip()) / 100
-        pack = with_wake_phrase(base, command, text.strip() or command, threshold)
-    else:
-        assert files is not None
-        pack = with_wakenet(base, name, files)
-    return pack, check_pack(pack, partition).word, before

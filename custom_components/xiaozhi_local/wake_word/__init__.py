@@ -1,0 +1,1 @@
+"""A device's wake word: the catalog of models, the files, the packs, a change and its URL."""
