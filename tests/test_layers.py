@@ -214,7 +214,6 @@ STILL_OVER = {
     "xiaozhi_local/protocol/mcp.py": 497,
     "xiaozhi_local/protocol/assets.py": 513,
     "xiaozhi_local/firmware/installer.py": 529,
-    "xiaozhi_local/config_flow.py": 541,
 }
 
 
