@@ -24,7 +24,7 @@ from homeassistant.const import CONF_CLIENT_ID
 
 from .const import CONF_SERIAL
 from .protocol.assets import assets_partition_size
-from .protocol.firmware import update_slot_size
+from .protocol.partitions import update_slot_size
 
 MAX_PENDING: Final = 64
 MAX_PER_SOURCE: Final = 8

@@ -15,15 +15,13 @@ from custom_components.xiaozhi_local.protocol.assets import (
     assets_partition_size,
     build_models,
     build_pack,
-    check_pack,
     pack_in_flash_image,
-    pack_wake_word,
     parse_models,
     parse_pack,
     read_index,
     wake_word_of,
-    with_wakenet,
 )
+from custom_components.xiaozhi_local.protocol.wake_pack import check_pack, pack_wake_word, with_wakenet
 from xiaozhi_sim.assets import AssetsPartition, default_pack
 
 HI_ESP = {

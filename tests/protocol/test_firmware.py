@@ -21,8 +21,8 @@ from custom_components.xiaozhi_local.protocol.firmware import (
     is_newer,
     parse_version,
     read_app_image,
-    read_partition_table,
 )
+from custom_components.xiaozhi_local.protocol.partitions import read_partition_table
 from xiaozhi_sim.firmware import build_image, flash_image, is_newer as firmware_is_newer, verify
 
 

@@ -2,8 +2,9 @@
 
 import pytest
 
-from custom_components.xiaozhi_local.protocol.assets import AssetsError, with_wake_phrase
+from custom_components.xiaozhi_local.protocol.assets import AssetsError
 from custom_components.xiaozhi_local.protocol.phrases import PINYIN, is_pinyin, language_of, phrase_problem
+from custom_components.xiaozhi_local.protocol.wake_pack import with_wake_phrase
 from xiaozhi_sim.assets import default_pack
 
 

@@ -10,8 +10,9 @@ schemas), ``voice`` (what the device is told during a conversation), ``framing``
 audio frames), ``opus`` (Opus packets), ``pcm`` (PCM, resampling), ``ogg`` (Ogg Opus), ``wav``
 (WAV streams), ``pacing`` (real-time sending), ``sentences`` (text shown while speaking),
 ``mqtt`` (the MQTT codec), ``udp`` (the encrypted audio channel), ``firmware``
-(ESP app images and versions), ``assets`` (the assets pack: wake word model, font, emoji),
-``phrases`` (MultiNet wake phrases a model can hear).
+(ESP app images and versions), ``partitions`` (ESP partition tables), ``assets`` (the assets
+pack and ESP-SR's model pack), ``wake_pack`` (what a pack wakes on, and a pack changed to wake
+on another word), ``phrases`` (MultiNet wake phrases a model can hear).
 """
 
 __version__ = "0.1.0"
@@ -28,6 +29,7 @@ __all__ = [
     "ogg",
     "opus",
     "pacing",
+    "partitions",
     "pcm",
     "phrases",
     "register",
@@ -36,5 +38,6 @@ __all__ = [
     "session",
     "udp",
     "voice",
+    "wake_pack",
     "wav",
 ]

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import hashlib
 import itertools
 import struct
-from typing import Any, BinaryIO, Final
+from typing import BinaryIO, Final
+
+from .partitions import APP_PARTITION_TYPE, c_string, read_partition_table
 
 IMAGE_MAGIC: Final = 0xE9
 APP_DESC_MAGIC: Final = 0xABCD5432
@@ -40,13 +42,6 @@ MAX_IMAGE: Final = 16 * 1024 * 1024
 """No xiaozhi app partition is larger (16 MB flash, two app slots); anything bigger is refused."""
 CHECKSUM_SEED: Final = 0xEF
 DIGEST_SIZE: Final = 32
-
-PARTITION_TABLE_OFFSET: Final = 0x8000
-PARTITION_TABLE_SIZE: Final = 0xC00
-PARTITION_ENTRY_SIZE: Final = 32
-PARTITION_MAGIC: Final = b"\xaa\x50"
-PARTITION_MD5_MAGIC: Final = b"\xeb\xeb"
-APP_PARTITION_TYPE: Final = 0x00
 
 CHIP_IDS: Final = {
     "esp32": 0x0000,
@@ -92,11 +87,6 @@ class AppImage:
         return next((name for name, chip_id in CHIP_IDS.items() if chip_id == self.chip_id), None)
 
 
-def _text(raw: bytes) -> str:
-    """A fixed-size C string of the app description."""
-    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
-
-
 def _read_exactly(stream: BinaryIO, size: int) -> bytes:
     data = stream.read(size)
     if len(data) != size:
@@ -135,11 +125,11 @@ def describe(prefix: bytes) -> tuple[int, int, str, str, str, str, str]:
     return (
         segments,
         chip_id,
-        _text(desc[16:48]),
-        _text(desc[48:80]),
-        _text(desc[112:144]),
-        _text(desc[96:112]),
-        _text(desc[80:96]),
+        c_string(desc[16:48]),
+        c_string(desc[48:80]),
+        c_string(desc[112:144]),
+        c_string(desc[96:112]),
+        c_string(desc[80:96]),
     )
 
 
@@ -202,63 +192,6 @@ def _chunks(stream: BinaryIO, size: int) -> Iterator[bytes]:
             return
         size -= len(data)
         yield data
-
-
-@dataclass(frozen=True, slots=True)
-class Partition:
-    """One entry of an ESP partition table."""
-
-    type: int
-    subtype: int
-    offset: int
-    size: int
-    label: str
-
-
-def read_partition_table(stream: BinaryIO) -> list[Partition]:
-    """The partition table of a merged flash image (at 0x8000); [] when there is none."""
-    stream.seek(PARTITION_TABLE_OFFSET)
-    table = stream.read(PARTITION_TABLE_SIZE)
-    found: list[Partition] = []
-    for start in range(0, len(table) - PARTITION_ENTRY_SIZE + 1, PARTITION_ENTRY_SIZE):
-        entry = table[start : start + PARTITION_ENTRY_SIZE]
-        if entry[:2] != PARTITION_MAGIC:
-            break  # 0xFF padding ends the table; the MD5 entry (0xEBEB) too
-        kind, subtype, offset, size = struct.unpack_from("<BBII", entry, 2)
-        found.append(Partition(kind, subtype, offset, size, _text(entry[12:28])))
-    return found
-
-
-OTA_SUBTYPES: Final = range(0x10, 0x20)
-"""App partitions ``ota_0`` … ``ota_15``: the slots an update is written to."""
-
-
-def update_slot_size(table: Any, running: Any) -> int | None:
-    """The size of the app partition an update will be written to, from what the device reports.
-
-    ``table`` is the ``partition_table`` of its OTA request (``label``, ``type``, ``subtype``,
-    ``size`` each), ``running`` its ``ota.label``. As ``esp_ota_get_next_update_partition`` picks
-    it: the OTA slot after the running one, in subtype order (the first one when it runs from
-    ``factory``). None when the report does not say (not stock firmware, or a malformed table).
-    """
-    if not isinstance(table, list):
-        return None
-    slots: list[tuple[int, str, int]] = []
-    for entry in table[:64]:
-        if not isinstance(entry, dict):
-            continue
-        kind, subtype, size, label = entry.get("type"), entry.get("subtype"), entry.get("size"), entry.get("label")
-        if kind != APP_PARTITION_TYPE or not isinstance(subtype, int) or subtype not in OTA_SUBTYPES:
-            continue
-        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-            continue
-        slots.append((subtype, label if isinstance(label, str) else "", size))
-    if not slots:
-        return None
-    slots.sort()
-    labels = [label for _subtype, label, _size in slots]
-    index = labels.index(running) + 1 if isinstance(running, str) and running in labels else 0
-    return slots[index % len(slots)][2]
 
 
 def find_app_image(stream: BinaryIO, file_size: int) -> AppImage:

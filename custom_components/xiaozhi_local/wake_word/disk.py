@@ -18,15 +18,10 @@ import zipfile
 
 from ..firmware.files import split_name
 from ..firmware.remote import MAX_UNZIPPED, ZIP_ERRORS, zip_error
-from ..protocol.assets import (
-    AssetsError,
-    PackWakeWord,
-    pack_engine,
-    pack_in_flash_image,
-    pack_wake_word,
-    parse_pack,
-)
-from ..protocol.firmware import parse_version, read_partition_table
+from ..protocol.assets import AssetsError, pack_in_flash_image, parse_pack
+from ..protocol.firmware import parse_version
+from ..protocol.partitions import read_partition_table
+from ..protocol.wake_pack import PackWakeWord, pack_engine, pack_wake_word
 from .catalog import WakeModel
 from .pack import ENGINE_WAKENET
 

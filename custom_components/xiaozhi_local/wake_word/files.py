@@ -27,12 +27,9 @@ from ..errors import translated_error
 from ..firmware.fetch import async_read_whole
 from ..firmware.files import SourceUnavailable, cache_name
 from ..firmware.remote import ProjectReleases, async_download
-from ..protocol.assets import (
-    AssetsError,
-    PackWakeWord,
-    check_wakenet_model,
-)
+from ..protocol.assets import AssetsError, check_wakenet_model
 from ..protocol.firmware import BoardFacts
+from ..protocol.wake_pack import PackWakeWord
 from .catalog import CATALOG, WakeModel
 from .disk import (
     FileRefused,

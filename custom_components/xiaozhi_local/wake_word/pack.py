@@ -6,15 +6,8 @@ reports is compared with the one it should wake on.
 
 from typing import Final
 
-from ..protocol.assets import (
-    AssetsError,
-    check_pack,
-    pack_engine,
-    pack_wake_word,
-    parse_pack,
-    with_wake_phrase,
-    with_wakenet,
-)
+from ..protocol.assets import AssetsError, parse_pack
+from ..protocol.wake_pack import check_pack, pack_engine, pack_wake_word, with_wake_phrase, with_wakenet
 
 ENGINE_WAKENET: Final = "wakenet"
 ENGINE_MULTINET: Final = "multinet"
