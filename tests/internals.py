@@ -13,7 +13,7 @@ from homeassistant.core import HomeAssistant
 from custom_components.xiaozhi_local.const import DOMAIN
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from custom_components.xiaozhi_local.link import DeviceLink
-from custom_components.xiaozhi_local.protocol.mcp import McpClient
+from custom_components.xiaozhi_local.protocol.mcp_client import McpClient
 from custom_components.xiaozhi_local.protocol.messages import ClientHello
 
 

@@ -210,7 +210,6 @@ STILL_OVER = {
     "xiaozhi_local/firmware/remote.py": 454,
     "xiaozhi_local/link.py": 494,
     "xiaozhi_local/device.py": 496,
-    "xiaozhi_local/protocol/mcp.py": 497,
     "xiaozhi_local/firmware/installer.py": 529,
 }
 

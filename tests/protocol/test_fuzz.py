@@ -12,7 +12,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from custom_components.xiaozhi_local.protocol.framing import unpack_frame
-from custom_components.xiaozhi_local.protocol.mcp import McpClient, McpError, parse_tool, parse_tool_result
+from custom_components.xiaozhi_local.protocol.mcp import McpError, parse_tool, parse_tool_result
+from custom_components.xiaozhi_local.protocol.mcp_client import McpClient
 from custom_components.xiaozhi_local.protocol.messages import (
     ClientHello,
     ControlMessage,

@@ -8,7 +8,6 @@ import pytest
 
 from custom_components.xiaozhi_local.protocol.mcp import (
     McpBusyError,
-    McpClient,
     McpConnectionError,
     McpRemoteError,
     McpTimeoutError,
@@ -16,6 +15,7 @@ from custom_components.xiaozhi_local.protocol.mcp import (
     parse_tool,
     parse_tool_result,
 )
+from custom_components.xiaozhi_local.protocol.mcp_client import McpClient
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.mcp_server import McpServer
 

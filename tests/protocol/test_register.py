@@ -8,7 +8,6 @@ import pytest
 
 from custom_components.xiaozhi_local.protocol.mcp import (
     CONTROL_ACCEPTED,
-    McpClient,
     McpConnectionError,
     McpError,
     McpRemoteError,
@@ -16,6 +15,7 @@ from custom_components.xiaozhi_local.protocol.mcp import (
     McpTool,
     parse_tool,
 )
+from custom_components.xiaozhi_local.protocol.mcp_client import McpClient
 from custom_components.xiaozhi_local.protocol.messages import ClientHello, ControlMessage
 from custom_components.xiaozhi_local.protocol.register import (
     RegistrationError,

@@ -3,16 +3,16 @@
 Parsing and validating every inbound frame, building outbound ones, and the MCP client that
 talks to a device's tools. The Home Assistant side plugs in through small callbacks.
 
-Modules: ``messages`` (frames, hello, listen/abort), ``session`` (one device's session), ``logs``
-(each kind of problem warned about once),
-``mcp`` (the MCP client), ``register`` (the ``mcp/registerTools`` dialect), ``schema`` (tool
-schemas), ``voice`` (what the device is told during a conversation), ``framing`` (binary
+Modules: ``messages`` (frames, hello, listen/abort), ``session`` (one device's session),
+``logs`` (each kind of problem warned about once), ``mcp`` (tools, results and errors of MCP),
+``mcp_client`` (the MCP client), ``register`` (the ``mcp/registerTools`` dialect), ``schema``
+(tool schemas), ``voice`` (what the device is told during a conversation), ``framing`` (binary
 audio frames), ``opus`` (Opus packets), ``pcm`` (PCM, resampling), ``ogg`` (Ogg Opus), ``wav``
 (WAV streams), ``pacing`` (real-time sending), ``sentences`` (text shown while speaking),
-``mqtt`` (the MQTT codec), ``udp`` (the encrypted audio channel), ``firmware``
-(ESP app images and versions), ``partitions`` (ESP partition tables), ``assets`` (the assets
-pack and ESP-SR's model pack), ``wake_pack`` (what a pack wakes on, and a pack changed to wake
-on another word), ``phrases`` (MultiNet wake phrases a model can hear).
+``mqtt`` (the MQTT codec), ``udp`` (the encrypted audio channel), ``firmware`` (ESP app images
+and versions), ``partitions`` (ESP partition tables), ``assets`` (the assets pack and ESP-SR's
+model pack), ``wake_pack`` (what a pack wakes on, and a pack changed to wake on another word),
+``phrases`` (MultiNet wake phrases a model can hear).
 """
 
 __version__ = "0.1.0"
@@ -24,6 +24,7 @@ __all__ = [
     "framing",
     "logs",
     "mcp",
+    "mcp_client",
     "messages",
     "mqtt",
     "ogg",

@@ -15,7 +15,8 @@ import logging
 from typing import Any, Final, Protocol
 
 from .logs import OnceLogger
-from .mcp import McpClient, McpError
+from .mcp import McpError
+from .mcp_client import McpClient
 from .messages import (
     DOWNLINK_SAMPLE_RATE,
     ClientHello,
