@@ -24,9 +24,8 @@ from custom_components.xiaozhi_local.firmware.remote import (
     ProjectReleases,
     VendorChannel,
     _releases,
-    _unpack,
-    async_fetch,
 )
+from custom_components.xiaozhi_local.firmware.unpack import async_fetch, unpack
 from custom_components.xiaozhi_local.protocol.firmware import BoardFacts, FirmwareError
 from xiaozhi_sim.firmware import build_image, flash_image
 
@@ -144,7 +143,7 @@ def test_downloads_that_are_not_the_offered_image_are_refused(tmp_path: Path, co
     download = tmp_path / "download"
     download.write_bytes(content)
     with pytest.raises(FirmwareError, match=error):
-        _unpack(download, tmp_path / "final.bin", FACTS, "2.5.0")
+        unpack(download, tmp_path / "final.bin", FACTS, "2.5.0")
     assert not (tmp_path / "final.bin").exists()
 
 
@@ -154,7 +153,7 @@ def test_a_zip_with_one_image_of_another_name_and_a_plain_image_are_taken(tmp_pa
         download = tmp_path / "download"
         download.write_bytes(content)
         final = tmp_path / "final.bin"
-        found = _unpack(download, final, FACTS, "2.5.0")
+        found = unpack(download, final, FACTS, "2.5.0")
         assert final.read_bytes() == app
         assert found.image.size == len(app)
         final.unlink()

@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from custom_components.xiaozhi_local.firmware.remote import _unpack
+from custom_components.xiaozhi_local.firmware.unpack import unpack
 from custom_components.xiaozhi_local.protocol.assets import AssetsError
 from custom_components.xiaozhi_local.protocol.firmware import FirmwareError
 from custom_components.xiaozhi_local.wake_word.disk import release_pack
@@ -57,5 +57,5 @@ def test_a_release_zip_for_firmware_says_why(tmp_path: Path, zipped: bytes, reas
     if not zipfile.is_zipfile(path):
         pytest.skip("not recognised as a zip: unpacked as a plain image (checked elsewhere)")
     with pytest.raises(FirmwareError, match=reason):
-        _unpack(path, tmp_path / "image.bin", facts, "2.4.2")
+        unpack(path, tmp_path / "image.bin", facts, "2.4.2")
     assert not (tmp_path / "release.bin").exists()

@@ -49,7 +49,7 @@ from .files import (
     SourceUnavailable,
 )
 from .jobs import InstallJob, Phase
-from .remote import async_fetch
+from .unpack import async_fetch
 
 if TYPE_CHECKING:
     pass

@@ -17,7 +17,7 @@ from typing import Final
 import zipfile
 
 from ..firmware.files import split_name
-from ..firmware.remote import MAX_UNZIPPED, ZIP_ERRORS, zip_error
+from ..firmware.unpack import MAX_UNZIPPED, ZIP_ERRORS, zip_error
 from ..protocol.assets import AssetsError, pack_in_flash_image, parse_pack
 from ..protocol.firmware import parse_version
 from ..protocol.partitions import read_partition_table

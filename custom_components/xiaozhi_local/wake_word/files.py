@@ -26,7 +26,8 @@ from ..device import XiaozhiDevice
 from ..errors import translated_error
 from ..firmware.fetch import async_read_whole
 from ..firmware.files import SourceUnavailable, cache_name
-from ..firmware.remote import ProjectReleases, async_download
+from ..firmware.remote import ProjectReleases
+from ..firmware.unpack import async_download
 from ..protocol.assets import AssetsError, check_wakenet_model
 from ..protocol.firmware import BoardFacts
 from ..protocol.wake_pack import PackWakeWord
