@@ -151,7 +151,7 @@ async def test_notifications_are_bounded_in_rate_and_size(
     await hass.async_block_till_done()
     assert NOTIFICATION_BURST <= len(events.events) <= NOTIFICATION_BURST + 2
     assert all("blob" not in e.data["params"] for e in events.events)
-    assert xdev.dropped_notifications == 300 - len(events.events)
+    assert xdev.notifications.dropped == 300 - len(events.events)
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert sum("params of" in w for w in warnings) == 1  # logged once, then counted
     assert sum("notifications a second; dropping" in w for w in warnings) == 1

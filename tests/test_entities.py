@@ -140,7 +140,7 @@ async def test_settings_made_offline_are_applied_on_connect(
         ("self.audio_speaker.set_volume", {"volume": 25}),
         ("self.screen.set_theme", {"theme": "dark"}),
     ]
-    assert hub_device(hass).pending == {}
+    assert hub_device(hass).values.pending == {}
     assert state_of(hass, "number:volume") == "25.0"
     assert "waiting_for_device" not in hass.states.get(entity_id(hass, "number:volume")).attributes  # type: ignore[union-attr]
     assert state_of(hass, "binary_sensor:connected") == "on"
@@ -500,5 +500,5 @@ async def test_refused_offline_setting_and_failing_status(
     await hass.async_block_till_done()
     assert "refused the setting volume made while it was away" in caplog.text
     assert "self.get_device_status failed" in caplog.text
-    assert hub_device(hass).pending == {}  # tried once, not forever
+    assert hub_device(hass).values.pending == {}  # tried once, not forever
     assert state_of(hass, "number:volume") == "70.0"  # the last value the device reported

@@ -120,12 +120,12 @@ async def test_settings_made_while_away_reach_the_device_at_boot(
     await hass.services.async_call(
         "number", "set_value", {"entity_id": "number.kitchen_volume", "value": 21}, blocking=True
     )
-    assert xdev.pending
+    assert xdev.values.pending
     await device.mqtt.start()  # powered on: online at boot, before anyone speaks
     await wait_for(xdev, lambda d: d.connection is not None)
     await wait_settled(xdev)
     assert device.state.volume == 21
-    assert not xdev.pending
+    assert not xdev.values.pending
     assert hass.states.get("sensor.kitchen_battery").state not in ("unavailable", "unknown")  # type: ignore[union-attr]
 
 

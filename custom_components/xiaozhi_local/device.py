@@ -9,7 +9,6 @@ next connects (readings.py runs that round).
 import asyncio
 from collections.abc import Callable, Coroutine
 from datetime import datetime
-import itertools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,6 @@ from homeassistant.config_entries import ConfigSubentry
 from homeassistant.const import CONF_CLIENT_ID, CONF_MAC
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers import device_registry as dr
-from homeassistant.helpers.json import json_bytes
 from homeassistant.helpers.typing import UNDEFINED
 from homeassistant.util import dt as dt_util
 
@@ -27,31 +25,27 @@ from .const import (
     DEFAULT_CALL_TIMEOUT,
     DOMAIN,
     MANUFACTURER,
-    MAX_NOTIFICATION_PARAMS,
-    NOTIFICATION_BURST,
-    NOTIFICATION_RATE,
     TRANSPORT_MQTT,
     VISION_TOKEN_TTL,
 )
 from .conversations import Conversation, VoiceHandler
 from .errors import DeviceOfflineError, tool_error, translated_error
-from .limits import ExpiringToken, MessageGate, TokenBucket
+from .limits import ExpiringToken, TokenBucket
+from .notifications import DeviceNotifications
 from .pairing import Identity
-from .protocol.firmware import BoardFacts
+from .protocol.firmware import BoardFacts, leading_version
 from .protocol.logs import OnceLogger
 from .protocol.mcp import McpError, McpTimeoutError, McpTool, ServerInfo, ToolResult
 from .readings import REPORT_SAVE_DELAY, DeviceValues
 from .restarts import OwedRestarts
 from .tasks import watched
 from .tool_map import canonical_tools
-from .values import DeviceCache, PendingSetting
+from .values import DeviceCache
 
 if TYPE_CHECKING:
     from .link import DeviceLink
 
 _LOGGER = logging.getLogger(__name__)
-
-type NotificationListener = Callable[[str, Any], None]
 
 
 REPORT_CHANGE_BURST = 4
@@ -95,13 +89,11 @@ class XiaozhiDevice:
         """Connections refused in a row for a wrong token (admission.py: a repair issue at 5)."""
         self.log = OnceLogger(self.mac, _LOGGER)  # each kind of problem is logged once per device
         self._persist = persist or (lambda _delay: None)
-        self._notifications = MessageGate(
-            NOTIFICATION_RATE, NOTIFICATION_BURST, MAX_NOTIFICATION_PARAMS, lambda p: len(json_bytes(p)), self.log
-        )
+        self.notifications = DeviceNotifications(self.log, hass.loop)
+        """What it notifies, bounded, and who listens (notifications.py)."""
         self.report_changes = TokenBucket(REPORT_CHANGE_RATE, REPORT_CHANGE_BURST)
         """How often what it reports at its OTA check may change (reports.py)."""
         self._listeners: list[Callable[[], None]] = []
-        self._notification_listeners: list[NotificationListener] = []
         kept = DeviceCache.from_dict(cache)
         self.tool_lists = 0  # tools/list answers (or registrations) since start; 0: tools from the cache
         self.tools: dict[str, McpTool] = kept.tools
@@ -144,11 +136,6 @@ class XiaozhiDevice:
         """Last result of each query tool (parsed JSON), by tool name."""
         return self.values.queries
 
-    @property
-    def pending(self) -> dict[str, PendingSetting]:
-        """Settings made while the device was away, by entity key (the latest value wins)."""
-        return self.values.pending
-
     @callback
     def async_set_photo(self, jpeg: bytes) -> None:
         """A photo arrived from the camera."""
@@ -161,7 +148,7 @@ class XiaozhiDevice:
         return DeviceCache(
             self.tools,
             self.queries,
-            self.pending,
+            self.values.pending,
             self.facts,
             self.told_transport,
             self.picks_transport,
@@ -173,14 +160,7 @@ class XiaozhiDevice:
     def firmware(self) -> tuple[int, ...]:
         """The firmware version it reported (OTA check, else ``initialize``), as numbers; () if unknown."""
         entry = dr.async_get(self.hass).async_get(self.device_id)
-        text = getattr(entry, "sw_version", None) or self.server_info.version or ""
-        numbers: list[int] = []
-        for part in text.split("."):
-            digits = "".join(itertools.takewhile(str.isdigit, part))
-            if not digits:
-                break
-            numbers.append(int(digits))
-        return tuple(numbers)
+        return leading_version(getattr(entry, "sw_version", None) or self.server_info.version or "")
 
     @property
     def plays_notify(self) -> bool:
@@ -244,12 +224,6 @@ class XiaozhiDevice:
         return lambda: self._listeners.remove(listener)
 
     @callback
-    def async_add_notification_listener(self, listener: NotificationListener) -> CALLBACK_TYPE:
-        """Be told of each notification the device sends (method, params)."""
-        self._notification_listeners.append(listener)
-        return lambda: self._notification_listeners.remove(listener)
-
-    @callback
     def async_changed(self) -> None:
         """Something its entities show changed: tell the listeners."""
         for listener in list(self._listeners):
@@ -303,25 +277,6 @@ class XiaozhiDevice:
     def async_link_changed(self) -> None:
         """The link's state changed (a conversation channel opened or closed): tell the listeners."""
         self.async_changed()
-
-    @callback
-    def async_allow_notification(self, method: str, params: Any) -> bool:
-        """Whether a notification may become an event: bounded in size and rate, per device.
-
-        Events go to the recorder's database, which a device that floods would fill.
-        """
-        return self._notifications.allow(method, params, self.hass.loop.time())
-
-    @property
-    def dropped_notifications(self) -> int:
-        """Notifications dropped for their size or their rate since start."""
-        return self._notifications.dropped
-
-    @callback
-    def async_notification(self, method: str, params: Any) -> None:
-        """A notification arrived from the device."""
-        for listener in list(self._notification_listeners):
-            listener(method, params)
 
     # -- connection ---------------------------------------------------------------------------
 

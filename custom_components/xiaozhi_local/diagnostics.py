@@ -51,10 +51,10 @@ def _device(device: XiaozhiDevice, firmware: FirmwareUpdates) -> dict[str, Any]:
             "has_serial": device.identity.serial is not None,
         },
         "problems": dict(device.log.counts),
-        "dropped_notifications": device.dropped_notifications,
+        "dropped_notifications": device.notifications.dropped,
         "tools": [tool.as_dict() for tool in device.tools.values()],
         "last_values": device.queries,
-        "pending_settings": {key: setting.value for key, setting in device.pending.items()},
+        "pending_settings": {key: setting.value for key, setting in device.values.pending.items()},
         "photo": {"bytes": len(device.photo), "at": device.photo_at.isoformat() if device.photo_at else None}
         if device.photo is not None
         else None,

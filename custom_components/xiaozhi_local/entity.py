@@ -106,13 +106,13 @@ class XiaozhiValueEntity(XiaozhiEntity):
     @property
     def shown_value(self) -> Any:
         """A setting made while the device was away, else what the device reported."""
-        pending = self.device.pending.get(self.entity_description.key)
+        pending = self.device.values.pending.get(self.entity_description.key)
         return pending.value if pending is not None else self.reported_value
 
     @property
     def extra_state_attributes(self) -> dict[str, Any] | None:
         """``waiting_for_device`` while the value shown is a setting the device has not received yet."""
-        return {WAITING_FOR_DEVICE: True} if self.entity_description.key in self.device.pending else None
+        return {WAITING_FOR_DEVICE: True} if self.entity_description.key in self.device.values.pending else None
 
 
 def applies(device: XiaozhiDevice, description: XiaozhiEntityDescription) -> bool:

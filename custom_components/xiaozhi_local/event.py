@@ -46,7 +46,7 @@ class XiaozhiNotificationEvent(XiaozhiEntity, EventEntity):
     async def async_added_to_hass(self) -> None:
         """Listen to the device's notifications."""
         await super().async_added_to_hass()
-        self.async_on_remove(self.device.async_add_notification_listener(self._on_notification))
+        self.async_on_remove(self.device.notifications.async_add_listener(self._on_notification))
 
     @callback
     def _on_notification(self, method: str, params: Any) -> None:

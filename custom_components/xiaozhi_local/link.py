@@ -356,13 +356,13 @@ class DeviceLink:
 
     def on_notification(self, method: str, params: Any) -> None:
         """A device notification becomes an HA event (and the device's event entity fires)."""
-        if not self.device.async_allow_notification(method, params):
+        if not self.device.notifications.async_allow(method, params):
             return
         self.hass.bus.async_fire(
             EVENT_NOTIFICATION,
             {"device_id": self.device.device_id, "mac": self.device.mac, "method": method, "params": params},
         )
-        self.device.async_notification(method, params)
+        self.device.notifications.async_dispatch(method, params)
         if method == "notifications/tools/list_changed" and self.discovered.is_set():
             self.device.async_create_task(
                 self._async_relist(), f"xiaozhi_local relist {self.device.mac}", background=True

@@ -132,14 +132,14 @@ class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
     @property
     def volume_level(self) -> float | None:
         """The device's volume (a setting made while it was away shows at once)."""
-        pending = self.device.pending.get(VOLUME.key)
+        pending = self.device.values.pending.get(VOLUME.key)
         value = pending.value if pending is not None else reported(self.device.queries, VOLUME)
         return max(0.0, min(1.0, value / 100)) if isinstance(value, (int, float)) else None
 
     @property
     def extra_state_attributes(self) -> dict[str, Any] | None:
         """``waiting_for_device`` while the volume shown has not reached the device yet."""
-        return {WAITING_FOR_DEVICE: True} if VOLUME.key in self.device.pending else None
+        return {WAITING_FOR_DEVICE: True} if VOLUME.key in self.device.values.pending else None
 
     async def async_set_volume_level(self, volume: float) -> None:
         """The device's own volume tool (kept for the next connection while it is away)."""

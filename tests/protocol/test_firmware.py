@@ -19,6 +19,7 @@ from custom_components.xiaozhi_local.protocol.firmware import (
     FirmwareError,
     find_app_image,
     is_newer,
+    leading_version,
     parse_version,
     read_app_image,
 )
@@ -191,3 +192,11 @@ def test_board_facts_round_trip_and_refuse_what_cannot_be_checked() -> None:
 def test_the_app_description_magic_is_the_idf_one() -> None:
     assert APP_DESC_MAGIC == 0xABCD5432
     assert struct.unpack_from("<I", build_image("1.0.0"), 32)[0] == APP_DESC_MAGIC
+
+
+def test_leading_version_reads_the_numbers_a_version_starts_with() -> None:
+    assert leading_version("2.5.0") == (2, 5, 0)
+    assert leading_version("2.5.0-rc1") == (2, 5, 0)
+    assert leading_version("1.9.x") == (1, 9)
+    assert leading_version("v2") == ()
+    assert leading_version("") == ()

@@ -236,6 +236,17 @@ def parse_version(text: str) -> tuple[int, ...] | None:
     return tuple(numbers)
 
 
+def leading_version(text: str) -> tuple[int, ...]:
+    """The numbers a version starts with (``2.5.0-rc1`` → (2, 5, 0)); () when it has none."""
+    numbers: list[int] = []
+    for part in text.split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        numbers.append(int(digits))
+    return tuple(numbers)
+
+
 def is_newer(current: str, candidate: str) -> bool:
     """Whether the firmware would take ``candidate`` over ``current`` (``IsNewVersionAvailable``).
 
