@@ -244,9 +244,9 @@ async def test_call_waits_for_discovery(hass: HomeAssistant, make_device: Device
 async def test_discovery_timeout(
     hass: HomeAssistant, make_device: DeviceFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from custom_components.xiaozhi_local import link
+    from custom_components.xiaozhi_local import discovery
 
-    monkeypatch.setattr(link, "DISCOVERY_TIMEOUT", 0.1)
+    monkeypatch.setattr(discovery, "DISCOVERY_TIMEOUT", 0.1)
     device = await make_device(connect=False)
     original = device.mcp.handle
 

@@ -207,7 +207,6 @@ cap means what it means in Home Assistant core."""
 
 STILL_OVER = {
     # Modules not yet split, each held at its size today: none may grow, and a split removes its row.
-    "xiaozhi_local/link.py": 494,
     "xiaozhi_local/firmware/installer.py": 529,
 }
 

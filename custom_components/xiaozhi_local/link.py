@@ -3,14 +3,12 @@
 A link is one live session with one device. The device, its entities, its tools and the
 voice satellite see only its narrow interface (listed in docs/architecture.md, held by
 tests/test_layers.py): sending, calls, ending, and what the client does (whether audio can flow,
-its listen mode, whether audio comes in order). MCP discovery, the start of the connect-time
-round (settings made while away, then status: ``readings.py``) and the routing of what the
-device says live here, once. A link holds the session (``protocol/session.py``) and the
-``Channel`` that carries it (``channel.py``): the transports (``websocket.py``,
-``mqtt_channel.py``) only move bytes.
+its listen mode, whether audio comes in order). The routing of what the device says lives
+here, once; MCP discovery and the connect-time round are its ``discovery`` (``discovery.py``).
+A link holds the session (``protocol/session.py``) and the ``Channel`` that carries it
+(``channel.py``): the transports (``websocket.py``, ``mqtt_channel.py``) only move bytes.
 """
 
-import asyncio
 from collections.abc import Coroutine
 import contextlib
 from dataclasses import dataclass
@@ -21,9 +19,10 @@ from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers.event import async_call_later
 
 from .channel import Channel
-from .const import DISCOVERY_TIMEOUT, EVENT_NOTIFICATION, EVENT_TOOL_ERROR
+from .const import EVENT_NOTIFICATION, EVENT_TOOL_ERROR
 from .device import XiaozhiDevice
-from .protocol.mcp import McpConnectionError, McpError, McpRemoteError, ToolResult
+from .discovery import ToolDiscovery
+from .protocol.mcp import McpError, McpRemoteError, ToolResult
 from .protocol.messages import ClientHello, ControlMessage
 from .protocol.register import Registration
 from .protocol.session import DeviceSession
@@ -68,9 +67,9 @@ class DeviceLink:
             device.mac, channel.async_send_text, self, log=self.log, hello_reply=channel.hello_reply_builder()
         )
         self.audio_frames = 0  # uplink audio packets delivered
-        self.discovered = asyncio.Event()  # tools known: calls can go out
-        self.settled = asyncio.Event()  # the connect-time round is over: settings applied, status read
-        self._discovery: asyncio.Task[None] | None = None
+        self.discovery = ToolDiscovery(device, self.session.mcp, vision_url)
+        self.discovered = self.discovery.discovered  # tools known: calls can go out
+        self.settled = self.discovery.settled  # the connect-time round is over (discovery.py)
         self._listen_mode: str | None = None  # of its last listen start
         self.gone = False
         """The link has ended (a conversation's end over MQTT is not that)."""
@@ -225,10 +224,7 @@ class DeviceLink:
         self.gone = True
         self.touch()
         self.session.close(f"device {self.device.mac} disconnected")
-        if self._discovery is not None:
-            self._discovery.cancel()  # also a settings/status round still running
-        self.discovered.set()  # nobody waits forever on a gone link
-        self.settled.set()
+        self.discovery.end()  # a round still running stops; nobody waits forever on a gone link
         if (voice := self.device.voice) is not None:
             voice.on_disconnect(self)
         if self.device.connection is self:
@@ -255,88 +251,15 @@ class DeviceLink:
         self.device.async_attach(self)
         if self.conversation_is_connection:
             self.device.async_open_conversation(self)
-        if hello.supports_mcp:
-            self._discovery = self.device.async_create_task(
-                self._async_discover(), f"xiaozhi_local discovery {self.device.mac}", background=True
-            )
-        else:
-            self.device.async_set_discovery(self.device.server_info, [])
-            self.discovered.set()
-            self.settled.set()
+        self.discovery.start(mcp=hello.supports_mcp)
 
     def on_audio(self, data: bytes) -> None:
         """A binary frame: the channel unframes the audio in it, if its transport carries audio in-band."""
         self.channel.on_binary(data)
 
-    async def _async_discover(self) -> None:
-        try:
-            await self._async_discover_and_settle()
-        finally:
-            # Cancelled: a registration replaced it, or the connection ended (``ended`` sets them).
-            if not _cancelling():
-                self.discovered.set()
-                self.settled.set()
-
-    async def _async_discover_and_settle(self) -> None:
-        mcp = self.session.mcp
-        try:
-            try:
-                info = await mcp.initialize(self._capabilities(), timeout=DISCOVERY_TIMEOUT)
-            except McpRemoteError as err:  # some clients skip initialize; tools/list may still work
-                self.log.report("initialize_failed", f"initialize failed: {err}")
-                info = mcp.server_info
-            tools = await mcp.list_tools(with_user_tools=True, timeout=DISCOVERY_TIMEOUT)
-        except McpConnectionError:
-            return  # gone while we asked
-        except McpError as err:
-            _LOGGER.warning("Device %s: could not list its tools: %s", self.device.mac, err)
-            return
-        _LOGGER.debug("Device %s offers %d tools", self.device.mac, len(tools))
-        self.device.async_set_discovery(info, tools)
-        self.discovered.set()
-        await self.device.values.async_on_ready()
-
-    def _capabilities(self) -> dict[str, Any]:
-        """``vision``: where a camera board uploads photos, with a token just for that."""
-        if self.vision_url is None:
-            return {}
-        return {"vision": {"url": self.vision_url, "token": self.device.vision_token.async_new()}}
-
-    async def _async_relist(self) -> None:
-        """The device says its tools changed."""
-        try:
-            tools = await self.session.mcp.list_tools(with_user_tools=True, timeout=DISCOVERY_TIMEOUT)
-        except McpError as err:
-            self.log.report("relist_failed", f"could not list its tools again: {err}")
-            return
-        self.device.async_set_discovery(self.session.mcp.server_info, tools)
-        await self.device.values.async_read()
-
     def on_register(self, registration: Registration) -> None:
-        """A registerTools client announced its tools: they are the device's tools from now on."""
-        _LOGGER.debug(
-            "Device %s registered %d tools (%d server-side ones it may call)",
-            self.device.mac,
-            len(registration.remote),
-            len(registration.local),
-        )
-        if self._discovery is not None:
-            # MCP discovery (a hello that announced MCP) or the round of an earlier registration.
-            self._discovery.cancel()
-        self.device.async_set_discovery(self.session.mcp.server_info, registration.remote)
-        self.discovered.set()
-        self.settled.clear()
-        self._discovery = self.device.async_create_task(
-            self._async_settle(), f"xiaozhi_local settle {self.device.mac}", background=True
-        )
-
-    async def _async_settle(self) -> None:
-        """Settings made while the client was away, then its status (as after MCP discovery)."""
-        try:
-            await self.device.values.async_on_ready()
-        finally:
-            if not _cancelling():
-                self.settled.set()
+        """A registerTools client announced its tools (discovery.py)."""
+        self.discovery.on_register(registration)
 
     def on_tool_error(self, tool: str, error: McpError) -> None:
         """A ``control`` tool reported done at once failed on the client later: log it, fire an event."""
@@ -363,10 +286,8 @@ class DeviceLink:
             {"device_id": self.device.device_id, "mac": self.device.mac, "method": method, "params": params},
         )
         self.device.notifications.async_dispatch(method, params)
-        if method == "notifications/tools/list_changed" and self.discovered.is_set():
-            self.device.async_create_task(
-                self._async_relist(), f"xiaozhi_local relist {self.device.mac}", background=True
-            )
+        if method == "notifications/tools/list_changed":
+            self.discovery.relist()
 
     @property
     def listen_mode(self) -> str | None:
@@ -421,9 +342,3 @@ class DeviceLink:
         except ConnectionError, RuntimeError:
             return False
         return True
-
-
-def _cancelling() -> bool:
-    """Whether the running task is being cancelled (its replacement sets the events)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
