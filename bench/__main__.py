@@ -259,6 +259,12 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=180.0, help="soak: how long")
     parser.add_argument("--restarts", type=int, default=2, help="soak: Home Assistant restarts, evenly spread")
     parser.add_argument("--warmup", type=float, default=15.0, help="soak: minutes of each segment not measured")
+    parser.add_argument(
+        "--allocator",
+        choices=("glibc", "jemalloc"),
+        default="glibc",
+        help="soak: Home Assistant's malloc (jemalloc as its container images preload it)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; do not update bench/README.md")
     args = parser.parse_args()
     reports: list[str] = []
@@ -313,6 +319,7 @@ def main() -> int:
                     restarts=args.restarts,
                     warmup=args.warmup,
                     port=args.port,
+                    allocator=args.allocator,
                 )
             )
         )

@@ -134,6 +134,8 @@ class Run:
     """The interpreter whose Home Assistant runs (the smoke run's has the newest release)."""
     process: asyncio.subprocess.Process | None = None
     http: aiohttp.ClientSession | None = None
+    env: dict[str, str] | None = None
+    """Home Assistant's environment when not the bench's own (the soak's allocator)."""
     figures: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -170,7 +172,7 @@ class Run:
         log = (self.config.parent / "ha.log").open("a")  # kept across restarts
         self.process = await asyncio.create_subprocess_exec(
             self.python, "-m", "homeassistant", "--config", str(self.config), "--skip-pip",
-            stdout=log, stderr=asyncio.subprocess.STDOUT,
+            stdout=log, stderr=asyncio.subprocess.STDOUT, env=self.env,
             cwd=self.config.parent,  # not the repository: its custom_components/ would shadow the config's
         )  # fmt: skip
         self.http = aiohttp.ClientSession()

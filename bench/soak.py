@@ -48,6 +48,8 @@ RATES: dict[str, float] = {
 """Per minute, the whole fleet: the two-hour load of issue 46 doubled where a home does it more,
 and the rarer events of a month (installs, new and removed devices) a few times an hour."""
 ATTRIBUTE_EVERY = 30.0
+REPORT_EVERY = 10
+"""Samples between two writes of the report while the run goes on."""
 RECONNECT_S = 5.0
 IMAGE_BYTES = 2_500_000
 CONFIGURATION = "api:\nwebsocket_api:\nbench_probe:\nrecorder:\n  commit_interval: 5\nlogger:\n  default: warning\n"
@@ -364,9 +366,12 @@ class Soak:
             "minute": round((time.monotonic() - started) / 60, 2),
             "segment": segment,
             "rss_mb": probe.get("rss_kb", 0) / 1024,
-            # What glibc hands out (heap and mapped blocks): RSS less the free memory it keeps. A
-            # checkpoint's snapshot raises RSS once (glibc keeps what it freed); this does not move.
-            "in_use_mb": (native.get("malloc_in_use_b", 0) + native.get("malloc_mmap_b", 0)) / 2**20,
+            # What the allocator hands out (glibc: heap and mapped blocks; jemalloc: "allocated"):
+            # RSS less the free memory it keeps. A checkpoint's snapshot raises RSS once (the
+            # allocator keeps what it freed); this does not move.
+            "in_use_mb": native.get("alloc_in_use_b", 0) / 2**20,
+            "held_mb": native.get("alloc_held_b", 0) / 2**20,
+            "allocator": native.get("allocator", "unknown"),
             "threads": len(os.listdir(f"/proc/{pid}/task")),
             "tasks": probe.get("tasks"),
             "fds": probe.get("fds"),
@@ -420,9 +425,34 @@ class Soak:
         return back
 
 
-async def soak_run(*, minutes: float, devices: int, restarts: int, warmup: float, port: int) -> str:
-    """The whole run; writes its report under ``bench/results/`` and returns the README section."""
+# Home Assistant's container images (HA OS, the Docker image) preload jemalloc with these settings
+# (rootfs/etc/services.d/home-assistant/run in home-assistant/core); a venv install runs glibc's malloc.
+HA_MALLOC_CONF = "background_thread:true,metadata_thp:auto,dirty_decay_ms:20000,muzzy_decay_ms:20000"
+JEMALLOC_PATHS = (
+    "/usr/local/lib/libjemalloc.so.2",
+    "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+    "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
+    "/usr/lib/libjemalloc.so.2",
+)
+
+
+def allocator_env(allocator: str) -> dict[str, str] | None:
+    """Home Assistant's environment for the chosen allocator (None: the bench's own, glibc)."""
+    if allocator == "glibc":
+        return None
+    found = next((path for path in JEMALLOC_PATHS if Path(path).exists()), None)
+    if found is None:
+        raise SystemExit("soak: --allocator jemalloc needs libjemalloc.so.2 (Debian: apt install libjemalloc2)")
+    return {**os.environ, "LD_PRELOAD": found, "MALLOC_CONF": HA_MALLOC_CONF}
+
+
+async def soak_run(
+    *, minutes: float, devices: int, restarts: int, warmup: float, port: int, allocator: str = "glibc"
+) -> str:
+    """The whole run; writes its report under ``bench/results/`` (again every ten minutes, so that a
+    run cut short leaves one) and returns the README section."""
     workdir = Path(tempfile.mkdtemp(prefix="xiaozhi-bench-soak-"))
+    stem = f"soak-{time.strftime('%Y-%m-%d')}" + ("" if allocator == "glibc" else f"-{allocator}")
     pairs = [(mac_of(i), secrets.token_urlsafe(32)) for i in range(devices)]
     ws_macs = frozenset(mac for mac, _ in pairs[-max(1, devices // 10) :])
     config = workdir / "config"
@@ -430,7 +460,7 @@ async def soak_run(*, minutes: float, devices: int, restarts: int, warmup: float
     (config / "configuration.yaml").write_text(CONFIGURATION)
     (config / "xiaozhi_firmware").mkdir()
     os.environ["BENCH_TRACEMALLOC"] = "1"  # the probe traces Python's heap (one frame) from its setup
-    run = Run(port, config)
+    run = Run(port, config, env=allocator_env(allocator))
     fleet = Fleet(f"{run.base}/api/xiaozhi_local/ota/")
     for mac, _ in pairs:
         options = bench_options(mac, decode_speaker=False, reboots=True, upgrade_delay=0.0)
@@ -495,6 +525,8 @@ async def soak_run(*, minutes: float, devices: int, restarts: int, warmup: float
                     }
                 )
             )
+            if len(samples) % REPORT_EVERY == 0:
+                write_report(workdir, stem, samples, attributions, comebacks, soak, devices, warmup)
             print(
                 f"soak {s['minute']:6.1f} min seg {segment}: RSS {s['rss_mb']:.0f} MB, threads {s['threads']}, "
                 f"tasks {s['tasks']}, fds {s['fds']}, lag p99 {s['lag_p99_ms']:.1f} ms, "
@@ -526,6 +558,23 @@ async def soak_run(*, minutes: float, devices: int, restarts: int, warmup: float
             *(sim.drop() for sim in [*fleet.mqtt.values(), *fleet.websocket.values()]), return_exceptions=True
         )
         await run.stop()
+    section = write_report(workdir, stem, samples, attributions, comebacks, soak, devices, warmup)
+    if os.environ.get("BENCH_KEEP") is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return section
+
+
+def write_report(  # noqa: PLR0917 - the run's figures, in one place
+    workdir: Path,
+    stem: str,
+    samples: list[dict[str, Any]],
+    attributions: list[dict[str, Any]],
+    comebacks: list[float],
+    soak: Soak,
+    devices: int,
+    warmup: float,
+) -> str:
+    """The report as measured so far, under ``bench/results/``; returns the README section."""
     log = (workdir / "ha.log").read_text(errors="replace").splitlines()
     ours = [
         line
@@ -543,12 +592,10 @@ async def soak_run(*, minutes: float, devices: int, restarts: int, warmup: float
         minutes=samples[-1]["minute"] if samples else 0.0,
         devices=devices,
         warmup=warmup,
+        stem=stem,
     )
     results = Path(__file__).parent / "results"
     results.mkdir(exist_ok=True)
-    stem = f"soak-{time.strftime('%Y-%m-%d')}"
     (results / f"{stem}.md").write_text(text)
     (results / f"{stem}.json").write_text(json.dumps({"samples": samples, "attributions": attributions}, indent=1))
-    if os.environ.get("BENCH_KEEP") is None:
-        shutil.rmtree(workdir, ignore_errors=True)
     return section

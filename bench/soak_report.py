@@ -23,6 +23,13 @@ def _commit() -> str:
         return "unknown"
 
 
+def _allocator(samples: list[dict[str, Any]]) -> str:
+    name = samples[-1].get("allocator", "glibc") if samples else "unknown"
+    if name == "jemalloc":
+        return "jemalloc, preloaded with the settings of Home Assistant's container images"
+    return f"{name} (a Home Assistant installed in a venv; its container images preload jemalloc)"
+
+
 def _segment_rows(samples: list[dict[str, Any]], warmup: float) -> list[str]:
     from .soak import slope  # noqa: PLC0415
 
@@ -48,7 +55,8 @@ def _segment_rows(samples: list[dict[str, Any]], warmup: float) -> list[str]:
             return f"{min(s[key] for s in warm)}–{max(s[key] for s in warm)} ({per_hour(key):+.1f}/h)"
 
         in_use = (
-            f"; glibc in use {warm[0]['in_use_mb']:.0f} → {warm[-1]['in_use_mb']:.0f} MB, "
+            f"; {warm[0].get('allocator', 'glibc')} in use {warm[0]['in_use_mb']:.0f} → "
+            f"{warm[-1]['in_use_mb']:.0f} MB, "
             f"{per_hour('in_use_mb'):+.1f} MB/h"
             if "in_use_mb" in warm[0]
             else ""
@@ -73,8 +81,8 @@ def _attribution_rows(attributions: list[dict[str, Any]]) -> tuple[list[str], li
         rows.append(
             f"| {a['minute']:.0f} | {a['segment']}{' (baseline)' if a['baseline'] else ''} | {a['rss_mb']:.0f} | "
             f"{native.get('smaps_anonymous_kb', 0) / 1024:.0f} | {(a.get('traced_b') or 0) / MB:.1f} "
-            f"(+{(a.get('tracemalloc_own_b') or 0) / MB:.1f}) | {native.get('malloc_in_use_b', 0) / MB:.0f} | "
-            f"{native.get('malloc_free_b', 0) / MB:.0f} | {native.get('malloc_mmap_b', 0) / MB:.0f} | "
+            f"(+{(a.get('tracemalloc_own_b') or 0) / MB:.1f}) | {native.get('alloc_in_use_b', 0) / MB:.0f} | "
+            f"{native.get('alloc_held_b', 0) / MB:.0f} | {native.get('alloc_mapped_b', 0) / MB:.0f} | "
             f"{native.get('sqlite_used_b', 0) / MB:.1f} | {a['gc_objects']:,} | {a['av_objects']} |"
         )
     for segment in sorted({a["segment"] for a in attributions}):
@@ -92,8 +100,9 @@ def _attribution_rows(attributions: list[dict[str, Any]]) -> tuple[list[str], li
         python = ((end.get("traced_b") or 0) - (base.get("traced_b") or 0)) / MB
         tracer = ((end.get("tracemalloc_own_b") or 0) - (base.get("tracemalloc_own_b") or 0)) / MB
         sqlite = delta("sqlite_used_b")
-        free = delta("malloc_free_b")
-        in_use = delta("malloc_in_use_b") + delta("malloc_mmap_b")
+        free = delta("alloc_held_b")
+        in_use = delta("alloc_in_use_b")
+        allocator = native.get("allocator", "the allocator")
         top = ", ".join(
             f"`{name}` {size / 1024:+.0f} KB" for name, size in list(end.get("heap_growth", {}).items())[:6] if size
         )
@@ -102,7 +111,7 @@ def _attribution_rows(attributions: list[dict[str, Any]]) -> tuple[list[str], li
         moved = ", ".join(f"{name.rsplit('.', 1)[-1]} {n:+d}" for name, n in objects.most_common(4) if n)
         growth.append(
             f"- Segment {segment}, minute {base['minute']:.0f} → {end['minute']:.0f}: RSS {rss:+.1f} MB. "
-            f"glibc: in use {in_use:+.1f} MB (of which Python's traced heap {python:+.1f} MB, tracemalloc's own "
+            f"{allocator}: in use {in_use:+.1f} MB (of which Python's traced heap {python:+.1f} MB, tracemalloc's own "
             f"{tracer:+.1f} MB, SQLite {sqlite:+.1f} MB), free but held {free:+.1f} MB. "
             f"Heap by file: {top or 'no change'}. Objects of ours and PyAV's: {moved or 'no change'}."
         )
@@ -119,6 +128,7 @@ def report(
     minutes: float,
     devices: int,
     warmup: float,
+    stem: str,
 ) -> tuple[str, str]:
     """The report's text (``bench/results``) and the README's section."""
     from .__main__ import machine  # noqa: PLC0415
@@ -138,7 +148,7 @@ def report(
         f"{max(1, devices // 10)} on WebSocket), Home Assistant restarted {len(comebacks)} times "
         f"(the fleet back in {', '.join(f'{s:.0f} s' for s in comebacks) or '—'}); warm-up {warmup:.0f} minutes "
         "per segment. Home Assistant in its own process with the recorder on and `tracemalloc` tracing one "
-        "frame (its own memory is counted apart)."
+        f"frame (its own memory is counted apart); allocator: {_allocator(samples)}."
     )
     segment_table = [
         "| Segment | Minutes | RSS after warm-up | Threads | Tasks | fds | Loop lag p99 per minute (median / worst) "
@@ -164,8 +174,8 @@ def report(
             "",
             "## Where memory lives",
             "",
-            "| Minute | Segment | RSS MB | Anonymous MB | Python traced MB (+tracemalloc's own) | glibc in use MB "
-            "| glibc free, held MB | glibc mmap MB | SQLite MB | GC objects | PyAV objects |",
+            "| Minute | Segment | RSS MB | Anonymous MB | Python traced MB (+tracemalloc's own) | Allocator: in use MB "
+            "| free, held MB | mapped MB | SQLite MB | GC objects | PyAV objects |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
             *attribution_rows,
             "",
@@ -175,7 +185,7 @@ def report(
             "",
             *(f"- {n} × {line}" for line, n in distinct.most_common(10)),
             "",
-            f"Per-minute samples: `{time.strftime('soak-%Y-%m-%d')}.json` beside this file.",
+            f"Per-minute samples: `{stem}.json` beside this file.",
         ]
     )
     section = "\n".join(
@@ -190,8 +200,8 @@ def report(
             "",
             f"Done / failed: {sum(soak.ok.values()):,} / {sum(soak.failed.values()):,}; warnings of ours in the log: "
             f"{len(warnings)}. The whole report, with the attribution per checkpoint: "
-            f"`bench/results/{time.strftime('soak-%Y-%m-%d')}.md`. Run it with "
-            "`script/bench soak [devices] --minutes 180 --restarts 2 --warmup 15`.",
+            f"`bench/results/{stem}.md`. Run it with "
+            "`script/bench soak [devices] --minutes 180 --restarts 2 --warmup 15 [--allocator jemalloc]`.",
         ]
     )
     return text, section

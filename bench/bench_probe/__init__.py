@@ -113,15 +113,12 @@ def _memory() -> dict[str, int]:
     """Where resident memory lives: RSS now, after a full garbage collection, after glibc gives back
     its free pages (``malloc_trim``). What the collection frees was garbage kept by cycles; what the
     trim frees was free memory the allocator kept; what is left is in use."""
-    import contextlib  # noqa: PLC0415
-    import ctypes  # noqa: PLC0415
     import gc  # noqa: PLC0415
 
     before = _rss_kb()
     freed = gc.collect()
     collected = _rss_kb()
-    with contextlib.suppress(OSError):  # not glibc
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    _give_back()
     return {"rss_kb": before, "gc_objects": freed, "after_gc_kb": collected, "after_trim_kb": _rss_kb()}
 
 
@@ -136,23 +133,60 @@ class _MallInfo2(ctypes.Structure):
     ]  # fmt: skip
 
 
-def _native() -> dict[str, int]:
+def _jemalloc_stats() -> dict[str, int]:
+    """jemalloc's own counts (``mallctl``), empty when it is not the process's allocator."""
+    mallctl = getattr(ctypes.CDLL(None), "mallctl", None)
+    if mallctl is None:
+        return {}
+    epoch = ctypes.c_uint64(1)  # a write refreshes the statistics
+    mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.c_size_t(ctypes.sizeof(epoch)))
+    stats: dict[str, int] = {}
+    for name in ("allocated", "active", "resident", "mapped", "retained"):
+        value, size = ctypes.c_size_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
+        if mallctl(f"stats.{name}".encode(), ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)):
+            return {}
+        stats[name] = value.value
+    return stats
+
+
+def _give_back() -> None:
+    """The allocator returns its free pages to the kernel: glibc's ``malloc_trim``, or jemalloc's
+    purge of every arena (``arena.4096.purge``, 4096 being ``MALLCTL_ARENAS_ALL``)."""
+    if (mallctl := getattr(ctypes.CDLL(None), "mallctl", None)) is not None:
+        mallctl(b"arena.4096.purge", None, None, None, ctypes.c_size_t(0))
+        return
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _native() -> dict[str, int | str]:
     """Native memory: the kernel's view (``smaps_rollup``, kB), glibc's (``mallinfo2``, bytes) and
     SQLite's own count of what it allocated (the recorder's page cache lives there)."""
-    out: dict[str, int] = {}
+    out: dict[str, int | str] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]:
             key, _, value = line.partition(":")
             if key in ("Rss", "Anonymous", "Private_Dirty", "Shared_Clean", "Private_Clean", "Swap"):
                 out[f"smaps_{key.lower()}_kb"] = int(value.split()[0])
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallinfo2.restype = _MallInfo2
-        info = libc.mallinfo2()
-        out["malloc_arena_b"] = info.arena  # from the heap (brk)
-        out["malloc_mmap_b"] = info.hblkhd  # large blocks, mapped one by one
-        out["malloc_in_use_b"] = info.uordblks
-        out["malloc_free_b"] = info.fordblks  # held by glibc, free for the next allocation
+    if jemalloc := _jemalloc_stats():  # preloaded, as Home Assistant's container images do
+        out["allocator"] = "jemalloc"
+        out["alloc_in_use_b"] = jemalloc["allocated"]
+        out["alloc_held_b"] = jemalloc["resident"] - jemalloc["allocated"]  # dirty pages, metadata
+        out["alloc_mapped_b"] = jemalloc["mapped"]
+        out["alloc_retained_b"] = jemalloc["retained"]  # address space kept, not resident
+    else:
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallinfo2.restype = _MallInfo2
+            info = libc.mallinfo2()
+            out["allocator"] = "glibc"
+            out["malloc_arena_b"] = info.arena  # from the heap (brk)
+            out["malloc_mmap_b"] = info.hblkhd  # large blocks, mapped one by one
+            out["malloc_in_use_b"] = info.uordblks
+            out["malloc_free_b"] = info.fordblks  # held by glibc, free for the next allocation
+            out["alloc_in_use_b"] = info.uordblks + info.hblkhd
+            out["alloc_held_b"] = info.fordblks
+            out["alloc_mapped_b"] = info.hblkhd
     with contextlib.suppress(OSError, AttributeError, ImportError):
         import _sqlite3  # noqa: PLC0415
 
@@ -306,8 +340,7 @@ class ProbeView(HomeAssistantView):
             data["attribution"] = self.heap.attribute(baseline=attribution == "baseline")
             # The snapshot and the object walk allocate tens of MB and free them; glibc would keep
             # that memory and every later RSS would carry the measurement. Give it back.
-            with contextlib.suppress(OSError):
-                ctypes.CDLL("libc.so.6").malloc_trim(0)
+            _give_back()
         if request.query.get("reset"):
             samples.clear()
             if self.profile is not None:
