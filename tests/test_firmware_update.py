@@ -26,7 +26,7 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import DOMAIN
-from custom_components.xiaozhi_local.firmware import installer as updates, server
+from custom_components.xiaozhi_local.firmware import installer as updates, run as install_run, server
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions, ToolError
 from xiaozhi_sim.firmware import build_image, flash_image
@@ -345,7 +345,7 @@ async def test_a_websocket_device_that_talks_before_it_boots_is_upgraded_through
     make_ws: Callable[[], Awaitable[SimulatedDevice]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(updates, "CONNECT_GRACE", 0.1)
+    monkeypatch.setattr(install_run, "CONNECT_GRACE", 0.1)
     put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0"))
     device = await make_ws()
     await offered(hass, "2.5.0")
@@ -520,7 +520,7 @@ async def test_a_failing_flash_is_reported_and_the_device_restarted(
     client: TestClient[Any, Any],
 ) -> None:
     """Started from idle, a failed upgrade leaves the firmware "upgrading": HA restarts it."""
-    monkeypatch.setattr(updates, "REFUSE_GRACE", 0.5)
+    monkeypatch.setattr(install_run, "REFUSE_GRACE", 0.5)
     put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0"))
     device = await make_mqtt(fail_flash=True)
     await online(hub)
@@ -564,7 +564,7 @@ async def test_a_device_that_never_downloads_ends_the_install(
     firmware_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(updates, "FETCH_TIMEOUT", 0.3)
+    monkeypatch.setattr(install_run, "FETCH_TIMEOUT", 0.3)
     put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0"))
     device = await make_mqtt(upgrade_delay=30.0)  # it says true, then takes its time
     await online(hub)
@@ -646,7 +646,7 @@ async def test_the_download_url_is_for_its_device_once_and_in_time(
     client: TestClient[Any, Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(updates, "REFUSE_GRACE", 0.2)
+    monkeypatch.setattr(install_run, "REFUSE_GRACE", 0.2)
     image = put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0"))
     device = await make_mqtt(upgrade_delay=30.0)  # it never gets to download: the test does
     await online(hub)
@@ -1015,7 +1015,7 @@ async def test_a_device_that_stops_reading_is_reported_as_a_stall_at_the_stall(
     """It stops reading after its first page, connected: the kernel's buffers still take what is
     sent, and acknowledge it. Not an image it rejected: a stall, said when it stalls."""
     monkeypatch.setattr(server, "STALL_TIMEOUT", 0.5)
-    monkeypatch.setattr(updates, "REFUSE_GRACE", 1.0)
+    monkeypatch.setattr(install_run, "REFUSE_GRACE", 1.0)
     put(firmware_dir, f"{BOARD}_2.5.0.bin", build_image("2.5.0", size=300_000))
     device = await make_mqtt(reboots=False)
     await online(hub)

@@ -1,4 +1,4 @@
-"""Installing firmware on a device: the install state machine (offers: catalog.py; URLs: downloads.py).
+"""Installing firmware on devices: the table of installs (one run: run.py; offers: catalog.py).
 
 A device reports its board, chip and firmware at every OTA check (``BoardFacts``); the sources
 (``files.py``, ``remote.py``) say what exists for it. Installing takes one of two paths, as the
@@ -20,64 +20,35 @@ Jobs live in memory only: a Home Assistant restart forgets them, so no entity st
 and no later OTA answer carries firmware.
 """
 
-import asyncio
 from collections.abc import Callable, Mapping
-import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from homeassistant.config_entries import ConfigEntry
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.util.hass_dict import HassKey
 
-from ..const import (
-    DISCOVERY_TIMEOUT,
-    DOMAIN,
-)
+from ..const import DOMAIN
 from ..device import XiaozhiDevice
 from ..errors import translated_error
 from ..protocol.firmware import BoardFacts, FirmwareError, is_newer
-from ..protocol.mcp import McpConnectionError, McpError, McpRemoteError, McpTimeoutError
-from ..restarts import Reason
 from ..tool_map import STATUS
 from .catalog import FirmwareCatalog
 from .downloads import Downloads
-from .files import (
-    ImageFile,
-    Offer,
-    SourceUnavailable,
-)
+from .files import ImageFile, Offer, SourceUnavailable
 from .jobs import InstallJob, Phase
+from .run import InstallRun, disarm
 from .unpack import async_fetch
-
-if TYPE_CHECKING:
-    pass
 
 _LOGGER = logging.getLogger(__name__)
 
 DATA_FIRMWARE: HassKey[FirmwareUpdates] = HassKey(f"{DOMAIN}_firmware")
 """The loaded hub's installs, for the download view (set while the hub is set up)."""
 
-UPGRADE_TOOL: Final = "self.upgrade_firmware"
 MIN_BATTERY: Final = 30
 """Percent below which a device on battery (not charging) is not upgraded: a flash cut short by
 an empty battery would leave it without a working image."""
-BUSY_TIMEOUT: Final = 600.0
-"""Seconds an install waits for a running conversation turn to end."""
-FETCH_TIMEOUT: Final = 60.0
-"""Seconds a device asked through its tool has to start the download (it waits about 4 s)."""
-BOOT_FETCH_TIMEOUT: Final = 180.0
-"""Seconds a restarted device has to boot, check OTA and start the download."""
-OFFLINE_WAIT: Final = 24 * 3600.0
-"""Seconds an install waits for a device that is away (per conversation) or off to appear."""
-CONNECT_GRACE: Final = 2.0
-"""Seconds given to a device that just connected to start the turn its wake word began."""
-REFUSE_GRACE: Final = 30.0
-"""Seconds after its download a device still on the same connection has refused the image
-(a successful flash reboots it within a few seconds)."""
-RETURN_TIMEOUT: Final = 240.0
-"""Seconds after its download a device has to come back reporting a version."""
 PROGRESS_EVERY: Final = 1.0
 """Seconds between two progress updates of an install's entity."""
 
@@ -181,7 +152,7 @@ class FirmwareUpdates:
         # Connected, disconnected, idle after a conversation: a waiting install looks again.
         unsubscribe = device.async_add_listener(job.changed.set)
         try:
-            await self._async_run(job)
+            await InstallRun(self.hass, self._entry, self.downloads, self._notify, job).async_run()
         finally:
             unsubscribe()
             self._end(job)
@@ -203,143 +174,9 @@ class FirmwareUpdates:
         except SourceUnavailable as err:
             raise translated_error("update_unavailable", device=device.name, reason=str(err)) from None
 
-    async def _async_run(self, job: InstallJob) -> None:
-        device = job.device
-        await self._async_tell(job)
-        await job.async_wait(job.finished, None, lambda: self._not_fetched(job))
-        if job.interrupted is not None:
-            await self._async_recover(job)
-            raise translated_error(
-                "update_interrupted", device=device.name, version=job.version, reason=job.interrupted
-            )
-        job.phase = Phase.REBOOTING
-        self._disarm(job)
-        self._notify(device.mac)
-        link = device.connection
-        try:
-            async with asyncio.timeout(REFUSE_GRACE):
-                version = await asyncio.shield(job.returned)
-        except TimeoutError:
-            if link is not None and device.connection is link:  # it never rebooted: the flash failed
-                await self._async_recover(job)
-                raise translated_error("update_refused", device=device.name, version=job.version) from None
-            try:
-                async with asyncio.timeout(RETURN_TIMEOUT - REFUSE_GRACE):
-                    version = await job.returned
-            except TimeoutError:
-                raise translated_error("update_no_return", device=device.name, version=job.version) from None
-        if version != job.version:
-            raise translated_error("update_kept_version", device=device.name, version=job.version, running=version)
-
-    async def _async_tell(self, job: InstallJob) -> None:
-        """Wait for a moment the device can take it, tell it, and wait until its download starts."""
-        device = job.device
-        deadline = self.hass.loop.time() + OFFLINE_WAIT
-        while not job.started.is_set():
-            await self._async_until_idle(job)
-            url = self.downloads.url_for(job, deadline)
-            if device.connected and UPGRADE_TOOL in device.tools and not job.via_ota:
-                job.phase = Phase.STARTING
-                self._notify(device.mac)
-                self._call_tool(job, url)
-                await job.async_wait(job.started, FETCH_TIMEOUT, lambda: self._not_fetched(job))
-                return
-            job.via_ota = True  # the next OTA answer carries it
-            if device.connected:
-                job.phase = Phase.STARTING
-                self._notify(device.mac)
-                await device.async_restart_quietly()
-                await job.async_wait(job.started, BOOT_FETCH_TIMEOUT, lambda: self._not_fetched(job))
-                return
-            # Away (per conversation), or off (always connected): until it boots (its OTA answer
-            # carries the firmware) or connects (then it is told).
-            job.phase = Phase.WAITING
-            self._notify(device.mac)
-            remaining = deadline - self.hass.loop.time()
-            await job.async_wait(job.started, remaining, lambda: self._not_fetched(job), until=lambda: device.connected)
-            if job.started.is_set():
-                return
-            # It connected before it was restarted: a conversation. Its tools first; a moment for
-            # the turn its wake word starts (it follows the hello at once); its tool once it is idle.
-            with contextlib.suppress(McpError):
-                await device.async_wait_ready(DISCOVERY_TIMEOUT)
-            with contextlib.suppress(HomeAssistantError):
-                await job.async_wait(None, CONNECT_GRACE, HomeAssistantError, until=lambda: device.exchanging)
-            link = device.connection
-            if link is not None and link.conversation_is_connection and device.exchanging:
-                # Over WebSocket Home Assistant ends a conversation by closing the socket, before a
-                # tool could be called: the end restarts the device instead, and the OTA answer of
-                # its boot carries the firmware (as a transport switch does, link.py).
-                device.restarts.owe(Reason.FIRMWARE)
-                try:
-                    await job.async_wait(
-                        job.started,
-                        deadline - self.hass.loop.time(),
-                        lambda: self._not_fetched(job),
-                        until=lambda: not device.connected,
-                    )
-                finally:
-                    device.restarts.settle(Reason.FIRMWARE)
-                continue  # restarted (its boot fetches it), or gone by itself (its next boot or talk)
-            job.via_ota = False
-
-    async def _async_until_idle(self, job: InstallJob) -> None:
-        """Until no conversation turn, reply or announcement runs on the device."""
-        device = job.device
-        if not device.exchanging:
-            return
-        job.phase = Phase.WAITING
-        self._notify(device.mac)
-        await job.async_wait(
-            None,
-            BUSY_TIMEOUT,
-            lambda: translated_error("update_busy", device=device.name),
-            until=lambda: not device.exchanging,
-        )
-
-    @staticmethod
-    def _not_fetched(job: InstallJob) -> HomeAssistantError:
-        return translated_error("update_not_fetched", device=job.device.name, version=job.version)
-
-    def _call_tool(self, job: InstallJob, url: str) -> None:
-        """Ask the device to upgrade now; it answers before it starts (and not at all on success)."""
-        device = job.device
-
-        async def call() -> None:
-            try:
-                result = await device.async_call_tool(UPGRADE_TOOL, {"url": url}, 10.0)
-            except McpRemoteError as err:
-                job.interrupted = err.message
-            except McpConnectionError, McpTimeoutError:
-                return  # it went away to upgrade, or its answer is late: the download tells
-            except McpError as err:
-                job.interrupted = str(err)
-            else:
-                if result.is_error or result.text.strip() == "false":
-                    job.interrupted = result.text[:200] or "the device refused"
-                else:
-                    return
-            job.changed.set()
-
-        job.tool_call = self._entry.async_create_background_task(
-            self.hass, call(), f"xiaozhi_local upgrade {device.mac}"
-        )
-
-    async def _async_recover(self, job: InstallJob) -> None:
-        """A failed flash can leave the firmware in its "upgrading" state: restart it if it is here."""
-        if job.device.connected:
-            _LOGGER.info("Restarting %s after its failed upgrade", job.device.name)
-            await job.device.async_restart_quietly()
-
-    @callback
-    def _disarm(self, job: InstallJob) -> None:
-        """No URL of the job's is valid any more, no OTA answer carries it."""
-        job.via_ota = False
-        self.downloads.disarm(job)
-
     @callback
     def _end(self, job: InstallJob) -> None:
-        self._disarm(job)
+        disarm(self.downloads, job)
         if job.tool_call is not None:
             job.tool_call.cancel()
         if self.jobs.get(job.device.mac) is job:
