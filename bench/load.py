@@ -35,7 +35,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import serve
 
 from custom_components.xiaozhi_local.protocol.opus import OPUS_FRAME_MS
-from custom_components.xiaozhi_local.speaker import FIRST_FRAME_GAP, TTS_LEAD
+from custom_components.xiaozhi_local.sound.speaker import FIRST_FRAME_GAP, TTS_LEAD
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 ROOT = Path(__file__).parent.parent

@@ -1,7 +1,7 @@
 """``python -m bench pairing [N]``: N pairing-only sessions (8,000), 100 at a time, against a real Home Assistant.
 
 Anyone can post to the OTA URL and get a pending token; with it, a WebSocket session that only says
-the pairing code (``pairing_session.py``: the hello, the code as a sentence and as speech, closed).
+the pairing code (``admission/pairing_session.py``: the hello, the code as a sentence and as speech, closed).
 Round five of the outside attacks opened 8,000 of them from one token, 100 at a time: Home
 Assistant went from 16 to 1,600 threads, 706 still there a minute later, because every speech took
 an Opus encoder whose resampler started native threads that only a cyclic collection freed.

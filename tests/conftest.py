@@ -190,7 +190,7 @@ async def mqtt_online(hub: XiaozhiHub, client: TestClient[Any, Any], **options: 
         SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID, hello_timeout=5, **options), speaks_mqtt=True
     )
     await device.boot_mqtt(ota_url(client), timing=FAST)
-    await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
+    await wait_for(hub.devices[MAC], lambda d: d.link is not None)
     await wait_settled(hub.devices[MAC])
     return device
 
@@ -208,7 +208,7 @@ async def mqtt_in_conversation(hub: XiaozhiHub, device: SimulatedDevice) -> None
     await device.connect()
     for packet in first_packets(device.frame_ms):
         device.mqtt.udp.send_datagram(packet)
-    await wait_for(hub.devices[device.options.mac], lambda d: d.connection is not None and d.connection.audio_open)
+    await wait_for(hub.devices[device.options.mac], lambda d: d.link is not None and d.link.audio_open)
 
 
 @pytest.fixture

@@ -136,7 +136,7 @@ async def test_timeout(hass: HomeAssistant, make_device: DeviceFactory) -> None:
         await call(hass, "self.test.hang", timeout=0.2)
     assert started.is_set()
     assert err.value.translation_key == "timeout"
-    connection = hub_device(hass).connection
+    connection = hub_device(hass).link
     assert connection is not None
     assert mcp_of(connection).pending_count == 0
 
@@ -244,7 +244,7 @@ async def test_call_waits_for_discovery(hass: HomeAssistant, make_device: Device
 async def test_discovery_timeout(
     hass: HomeAssistant, make_device: DeviceFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from custom_components.xiaozhi_local import discovery
+    from custom_components.xiaozhi_local.tools import discovery
 
     monkeypatch.setattr(discovery, "DISCOVERY_TIMEOUT", 0.1)
     device = await make_device(connect=False)

@@ -205,7 +205,7 @@ async def test_invalid_registration(
     assert answer["error"]["code"] == -32602
     assert problem in answer["error"]["message"]
     assert xdev.tools == before  # nothing changed
-    assert xdev.connection is not None  # and the client is still in
+    assert xdev.link is not None  # and the client is still in
 
 
 async def test_enveloped_dialect_with_hello(
@@ -357,7 +357,7 @@ async def test_py_xiaozhi_voice_with_20ms_frames(
         assert 1.0 <= heard <= 3.5  # 20 ms packets decoded whole
         await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", timeout=30)
         assert len(device.speaker_pcm) > 0
-        connection = hub_device(hass).connection
+        connection = hub_device(hass).link
         assert connection is not None
         assert connection.audio_frames > 3 * 50  # three times as many packets as 60 ms ones
     finally:
@@ -379,7 +379,7 @@ async def test_a_py_xiaozhi_session_writes_no_warning(
         for packet in mic_packets(bytes(16000 * 2 * device.frame_ms // 1000 * 10), device.frame_ms):
             await device.send_raw(frame(device.options.protocol_version, packet))  # the microphone goes on
         await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", timeout=30)
-        connection = hub_device(hass).connection
+        connection = hub_device(hass).link
         assert connection is not None
         async with asyncio.timeout(5):
             while not connection.log.counts["audio_outside_turn"]:  # noqa: ASYNC110 - a counter, no event

@@ -11,9 +11,10 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
+from custom_components.xiaozhi_local.admission.pairing import LOCKOUT, MAX_FAILURES
+from custom_components.xiaozhi_local.admission.reports import DeviceReport
+from custom_components.xiaozhi_local.admission.urls import ota_url, websocket_url
 from custom_components.xiaozhi_local.const import DOMAIN, SUBENTRY_DEVICE
-from custom_components.xiaozhi_local.pairing import LOCKOUT, MAX_FAILURES, DeviceReport
-from custom_components.xiaozhi_local.urls import ota_url, websocket_url
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, MAC, TOKEN, ws_url

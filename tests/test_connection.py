@@ -68,7 +68,7 @@ async def test_tools_are_listed_again_on_every_connection(hass: HomeAssistant, m
     await xdev.async_wait_ready(5)
     assert "self.ir.send_named" not in xdev.tools
     await first.drop()
-    await wait_for(xdev, lambda d: d.connection is None)
+    await wait_for(xdev, lambda d: d.link is None)
     second = await make_device(ir=True)
     await wait_for(xdev, lambda d: "self.ir.send_named" in d.tools)
     assert [p["method"] for p in second.mcp_requests][:2] == ["initialize", "tools/list"]
@@ -122,14 +122,14 @@ async def test_auth_refused(
     )
     assert resp.status == 401
     assert "refused device" in caplog.text.lower() or "refused a device request" in caplog.text.lower()
-    assert hub_device(hass).connection is None
+    assert hub_device(hass).link is None
 
 
 async def test_refused_guesses_leave_the_warning_to_home_assistant(
     client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Home Assistant warns of each failed login itself: ours says it once an hour, counts the rest."""
-    from custom_components.xiaozhi_local.http import GUESSES
+    from custom_components.xiaozhi_local.transport.endpoint import GUESSES
 
     before = GUESSES.counts["guess"]
     for index in range(20):
@@ -166,7 +166,7 @@ async def test_no_hello_closes(
         assert msg.type is WSMsgType.CLOSE
         assert msg.data == 4000
     assert "sent no hello" in caplog.text
-    assert hub_device(hass).connection is None
+    assert hub_device(hass).link is None
 
 
 async def test_simulator_dies_on_hello_without_transport(
@@ -190,7 +190,7 @@ async def test_simulator_dies_on_hello_without_transport(
     device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, hello_timeout=0.2))
     with pytest.raises(HelloTimeout):
         await device.connect()
-    await wait_for(hub_device(hass), lambda d: d.connection is None)
+    await wait_for(hub_device(hass), lambda d: d.link is None)
 
 
 async def test_notification_becomes_event(hass: HomeAssistant, make_device: DeviceFactory) -> None:
@@ -252,17 +252,17 @@ async def test_garbage_frames_survive(
         return_response=True,
     )
     assert result["data"]["audio_speaker"]["volume"] == 70
-    assert xdev.connection is not None
+    assert xdev.link is not None
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     kinds = [r.getMessage().rsplit("(", 1)[-1].rstrip(")") for r in warnings]
     for kind in ("not_json", "not_object", "no_type", "bad_field", "unknown_id", "bad_jsonrpc", "too_large"):
         assert kinds.count(kind) == 1, kind
     assert all(MAC in r.getMessage() for r in warnings)
     assert xdev.log.counts["not_json"] == 2  # counted every time, logged once
-    assert xdev.connection.audio_frames == 1  # the 20 000-byte one was over the limit
+    assert xdev.link.audio_frames == 1  # the 20 000-byte one was over the limit
     # Once per device, not per connection: after a reconnect the same garbage is not logged again.
     await device.drop()
-    await wait_for(xdev, lambda d: d.connection is None)
+    await wait_for(xdev, lambda d: d.link is None)
     caplog.clear()
     again = await make_device()
     waiter = EventWaiter(hass, EVENT_NOTIFICATION)
@@ -300,7 +300,7 @@ async def test_huge_message_closes_connection(hass: HomeAssistant, client: TestC
         msg = await ws.receive()
         assert msg.type is WSMsgType.CLOSE
         assert msg.data == 1009  # message too big
-    await wait_for(hub_device(hass), lambda d: d.connection is None)
+    await wait_for(hub_device(hass), lambda d: d.link is None)
 
 
 async def test_reconnect_replaces_old_connection(hass: HomeAssistant, make_device: DeviceFactory) -> None:
@@ -309,9 +309,9 @@ async def test_reconnect_replaces_old_connection(hass: HomeAssistant, make_devic
     old = await xdev.async_wait_ready(5)
     second = await make_device()
     await first.wait_closed()
-    assert xdev.connection is not old
+    assert xdev.link is not old
     await xdev.async_wait_ready(5)
-    assert xdev.connection is not None
+    assert xdev.link is not None
     assert not second.closed.is_set()
 
 
@@ -320,8 +320,8 @@ async def test_two_devices_are_independent(hass: HomeAssistant, make_device: Dev
     two = await make_device(mac=MAC2, token=TOKEN2)
     assert one.session_id != two.session_id
     await one.drop()
-    await wait_for(hub_device(hass), lambda d: d.connection is None)
-    assert hub_device(hass, MAC2).connection is not None
+    await wait_for(hub_device(hass), lambda d: d.link is None)
+    assert hub_device(hass, MAC2).link is not None
 
 
 async def test_unload_closes_sessions_and_endpoint_goes_inert(
@@ -407,8 +407,8 @@ async def test_silent_connections_are_closed(
                 continue  # not answered: a device gone without a TCP close
             break
         assert msg.type is WSMsgType.CLOSE
-    await wait_for(hub_device(hass, MAC2), lambda d: d.connection is None)
-    assert xdev.connection is not None
+    await wait_for(hub_device(hass, MAC2), lambda d: d.link is None)
+    assert xdev.link is not None
     assert not device.closed.is_set()
 
 
@@ -424,7 +424,7 @@ async def test_client_ping_is_answered(client: TestClient[Any, Any]) -> None:
 async def test_a_flood_is_cut_off_without_starving_others(
     hass: HomeAssistant, make_device: DeviceFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from custom_components.xiaozhi_local import websocket as connection
+    from custom_components.xiaozhi_local.transport import websocket as connection
 
     # No refill: the outcome depends on frame counts, not on how fast this machine sends.
     monkeypatch.setattr(connection, "FRAME_RATE", 0.0)

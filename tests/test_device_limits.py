@@ -20,7 +20,6 @@ from homeassistant.util import dt as dt_util
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
-from custom_components.xiaozhi_local import websocket as websocket_module
 from custom_components.xiaozhi_local.const import (
     DOMAIN,
     EVENT_NOTIFICATION,
@@ -29,6 +28,7 @@ from custom_components.xiaozhi_local.const import (
     NOTIFICATION_BURST,
     WS_PATH,
 )
+from custom_components.xiaozhi_local.transport import websocket as websocket_module
 from xiaozhi_sim import Tool
 
 from .conftest import MAC, MAC2, TOKEN, DeviceFactory, wait_for, wait_settled
@@ -120,7 +120,7 @@ async def test_new_tool_names_on_every_connection_leave_the_registry_bounded(
         await wait_for(xdev, lambda d, r=round_: f"x.r{r}.t000" in d.tools)  # type: ignore[misc]
         await wait_settled(xdev)
         await device.drop()
-        await wait_for(xdev, lambda d: d.connection is None)
+        await wait_for(xdev, lambda d: d.link is None)
     tool_buttons = [e for e in registry_entries(hass) if e.unique_id.startswith(f"{MAC}-tool-x.")]
     assert len(tool_buttons) == MAX_TOOL_BUTTONS
     assert all(e.unique_id.startswith(f"{MAC}-tool-x.r4.") for e in tool_buttons)  # the last list's, no others
@@ -208,7 +208,7 @@ async def test_a_device_that_stops_reading_is_dropped_within_a_bounded_time(
     assert b" 101 " in await reader.readuntil(b"\r\n\r\n")
     writer.write(_masked(b'{"type":"hello","transport":"websocket"}'))  # no MCP: nothing asked at connect
     xdev = hub_of(setup_integration).devices[MAC]
-    await wait_for(xdev, lambda d: d.connection is not None)
+    await wait_for(xdev, lambda d: d.link is not None)
     # From now on it reads nothing: calls with large arguments fill every buffer on the way.
     calls = [
         hass.async_create_task(
@@ -223,10 +223,10 @@ async def test_a_device_that_stops_reading_is_dropped_within_a_bounded_time(
         for _ in range(120)
     ]
     await asyncio.sleep(0)
-    connection = xdev.connection
+    connection = xdev.link
     assert connection is not None
     await asyncio.wait_for(connection.async_close("no answer to pings"), 5)
-    await wait_for(xdev, lambda d: d.connection is None)
+    await wait_for(xdev, lambda d: d.link is None)
     results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 5)
     assert all(isinstance(r, HomeAssistantError) for r in results)
     await asyncio.wait_for(hub_of(setup_integration).async_wait_no_connections(), 5)
@@ -244,7 +244,7 @@ async def test_a_setting_made_while_the_device_is_away_reaches_disk_within_a_sec
     xdev = hub.devices[MAC]
     await wait_settled(xdev)
     await device.drop()
-    await wait_for(xdev, lambda d: d.connection is None)
+    await wait_for(xdev, lambda d: d.link is None)
     await hass.services.async_call(
         "number", "set_value", {"entity_id": entity_id(hass, "number:volume"), "value": 35}, blocking=True
     )

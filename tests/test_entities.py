@@ -111,7 +111,7 @@ async def test_settings_made_offline_are_applied_on_connect(
 ) -> None:
     device = await connected(hass, make_device)
     await device.drop()
-    await wait_for(hub_device(hass), lambda d: d.connection is None)
+    await wait_for(hub_device(hass), lambda d: d.link is None)
     assert state_of(hass, "binary_sensor:connected") == "off"
     # A device that connects per conversation is away by design: what it reported stays shown.
     assert state_of(hass, "sensor:battery") not in ("unavailable", "unknown")
@@ -261,7 +261,7 @@ async def test_buttons(hass: HomeAssistant, make_device: DeviceFactory) -> None:
     assert device.rebooted
     # The firmware's own command (every version obeys it), not the self.reboot tool of newer ones.
     assert not any(name == "self.reboot" for name, _args in device.mcp.calls)
-    await wait_for(hub_device(hass), lambda d: d.connection is None)
+    await wait_for(hub_device(hass), lambda d: d.link is None)
     with pytest.raises(HomeAssistantError) as err:
         await hass.services.async_call(
             "button", "press", {"entity_id": entity_id(hass, "button:ir-tv_power")}, blocking=True
@@ -330,7 +330,7 @@ async def test_state_is_restored_after_restart(
 ) -> None:
     device = await connected(hass, make_device, lamp=True)
     await device.drop()
-    await wait_for(hub_device(hass), lambda d: d.connection is None)
+    await wait_for(hub_device(hass), lambda d: d.link is None)
     await hass.services.async_call(
         "number", "set_value", {"entity_id": entity_id(hass, "number:volume"), "value": 15}, blocking=True
     )
@@ -480,7 +480,7 @@ async def test_refused_offline_setting_and_failing_status(
 ) -> None:
     device = await connected(hass, make_device)
     await device.drop()
-    await wait_for(hub_device(hass), lambda d: d.connection is None)
+    await wait_for(hub_device(hass), lambda d: d.link is None)
     await hass.services.async_call(
         "number", "set_value", {"entity_id": entity_id(hass, "number:volume"), "value": 5}, blocking=True
     )

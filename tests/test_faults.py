@@ -63,7 +63,7 @@ async def test_audio_flood_is_cut_off_without_starving_others(
     hass: HomeAssistant, make_device: DeviceFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A device that streams binary frames without end (far over 17 a second) is closed (1008)."""
-    from custom_components.xiaozhi_local import websocket as connection
+    from custom_components.xiaozhi_local.transport import websocket as connection
 
     monkeypatch.setattr(connection, "FRAME_RATE", 0.0)  # frame counts decide, not this machine's speed
     monkeypatch.setattr(connection, "FRAME_BURST", 60.0)
@@ -106,7 +106,7 @@ async def test_reload_with_devices_connected_and_reconnecting(
     await two.wait_closed()
     # Before they reconnect: entities are back from the cache (not unknown), marked not connected.
     device = hub_of(setup_integration).devices[MAC]
-    assert device.connection is None
+    assert device.link is None
     assert "self.ir.send_named" in device.tools
     assert device.token == TOKEN
     state = hass.states.get("binary_sensor.kitchen_connected")
@@ -139,14 +139,14 @@ async def test_home_assistant_stopping_says_goodbye(
     waiting = await make_device(connect=False, mac=MAC2, token=TOKEN2)
     await waiting.open()  # a socket still waiting for its hello is closed too
     await (await waiting.connection.ping())  # answered by its running connection (autoping is off)
-    assert len(hub.connections) == 3
+    assert len(hub.links) == 3
     hass.bus.async_fire(EVENT_HOMEASSISTANT_STOP)
     for device in (first, second, waiting):
         async with asyncio.timeout(5):
             await device.connection.wait_closed()
         assert device.connection.close_code == 1001
         assert device.connection.close_reason == "Home Assistant is stopping"
-    assert hub.connections == set()
+    assert hub.links == set()
     with pytest.raises(InvalidStatus) as refused:
         await make_device()
     assert refused.value.response.status_code == 503

@@ -107,7 +107,7 @@ async def make_ws(
 async def online(hub: XiaozhiHub, mac: str = MAC) -> None:
     """Until the device is connected, its tools known and its status read."""
     xdev = hub.devices[mac]
-    await wait_for(xdev, lambda d: d.connection is not None)
+    await wait_for(xdev, lambda d: d.link is not None)
     await wait_settled(xdev)
 
 

@@ -7,7 +7,7 @@ Every such use, and why there is no public way (Home Assistant 2026.10/11):
 - ``button.py`` forgets the oldest records of removed tool buttons in the entity registry's
   ``deleted_entities`` (the registry offers no call to forget one), so a device that renames
   its tools all day does not grow the registry.
-- ``http.py`` adds the routes of the views browser test pages call with HA's own request
+- ``transport/endpoint.py`` adds the routes of the views browser test pages call with HA's own request
   wrapper, ``request_handler_factory``, and a CORS preflight of their own: ``register_view``
   would put them behind HA's configured CORS origins, which allow none of the device headers.
 Each test names what changed and where it is used.
@@ -89,4 +89,4 @@ def test_the_view_wrapper_http_py_registers_open_routes_with() -> None:
     from homeassistant.helpers.http import request_handler_factory
 
     params = list(inspect.signature(request_handler_factory).parameters)
-    assert params[:3] == ["hass", "view", "handler"], "http.py register_open_view"
+    assert params[:3] == ["hass", "view", "handler"], "transport/endpoint.py register_open_view"

@@ -57,7 +57,7 @@ async def test_hostile_frames_on_a_device_connection(
     # Every frame was read (a ping is answered only after all of them), the connection is still up.
     pong = await device.connection.ping()
     await pong
-    assert xdev.connection is not None
+    assert xdev.link is not None
     problems = sum(xdev.log.counts.values())
     assert problems > FRAMES // 4  # the garbage was noticed and counted, once-per-kind logged
     assert errors_logged(caplog) == []
@@ -130,7 +130,7 @@ async def test_invalid_utf8_text_frame(
     await device.connection.send(b'{"type":"listen","state":"detect","text":"caf\xe9"}', text=True)
     await device.wait_closed()
     assert device.connection.close_code == 1007
-    assert xdev.connection is None
+    assert xdev.link is None
     assert any("connection error" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     assert errors_logged(caplog) == []
     # The device reconnects and its tools work.

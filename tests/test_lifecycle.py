@@ -160,7 +160,7 @@ async def test_mqtt_device_through_twenty_conversations(
         marker = len(device.log)
         await device.connect()  # the wake word: hello, the UDP channel
         assert xdev.conversation is not None
-        assert xdev.conversation.link is xdev.connection
+        assert xdev.conversation.link is xdev.link
         if ending == "false_wake":
             await device.send_json(
                 {"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"}
@@ -197,7 +197,7 @@ async def test_mqtt_device_through_twenty_conversations(
         if index == len(endings) - 1:
             baseline = resources()  # once each ending ran (the codec thread and HA's caches exist)
     nothing_grew(baseline)
-    assert xdev.connection is not None  # the link lived through all of them
+    assert xdev.link is not None  # the link lived through all of them
 
 
 async def test_typed_text_counts_as_taking_part(
@@ -222,7 +222,7 @@ async def test_typed_text_counts_as_taking_part(
     for _ in range(10):
         await asyncio.sleep(0.01)
     assert not device.closed.is_set(), "the page was disconnected for silence although it typed"
-    assert xdev.connection is not None
+    assert xdev.link is not None
     marker = len(device.log)
     await device.say(speech_pcm(), start=False)
     await answered(device, marker)
@@ -328,7 +328,7 @@ async def test_websocket_clients_through_many_conversations(
         device = await make_device(flavor=flavor)
         await wait_settled(xdev)
         assert xdev.conversation is not None
-        assert xdev.conversation.link is xdev.connection
+        assert xdev.conversation.link is xdev.link
         marker = len(device.log)
         if ending == "false_wake":
             await device.send_json(
@@ -368,7 +368,7 @@ async def test_websocket_clients_through_many_conversations(
             await answered(device, marker)
             await clock.advance(DEFAULT_IDLE_TIMEOUT + 1)
         await device.wait_closed()
-        await wait_for(xdev, lambda d: d.connection is None and d.conversation is None)
+        await wait_for(xdev, lambda d: d.link is None and d.conversation is None)
         await hass.async_block_till_done(wait_background_tasks=True)
         if index == len(endings) - 1:
             baseline = resources()
@@ -390,7 +390,7 @@ async def test_conversations_go_on_across_a_home_assistant_restart(
         await hass.async_block_till_done()
         new_hub: XiaozhiHub = hub_of(hub.entry)
         xdev = new_hub.devices[MAC]
-        await wait_for(xdev, lambda d: d.connection is not None, timeout=10)
+        await wait_for(xdev, lambda d: d.link is not None, timeout=10)
         await wait_settled(xdev)
         assert xdev.conversation is None  # the old one did not survive the restart
         for _ in range(3):
@@ -493,7 +493,7 @@ async def test_the_satellite_switched_off_and_on_again(
             registry.async_update_entity(SATELLITE, disabled_by=er.RegistryEntryDisabler.USER)
             await clock.advance(RELOAD_AFTER_UPDATE_DELAY + 1)  # Home Assistant reloads the hub
             xdev = hub_of(hub.entry).devices[MAC]
-            await wait_for(xdev, lambda d: d.connection is not None, timeout=10)
+            await wait_for(xdev, lambda d: d.link is not None, timeout=10)
             await quiet(xdev)
             assert xdev.voice is None
             assert hass.states.get(SATELLITE) is None
@@ -505,7 +505,7 @@ async def test_the_satellite_switched_off_and_on_again(
             registry.async_update_entity(SATELLITE, disabled_by=None)
             await clock.advance(RELOAD_AFTER_UPDATE_DELAY + 1)
             xdev = hub_of(hub.entry).devices[MAC]
-            await wait_for(xdev, lambda d: d.connection is not None and d.voice is not None, timeout=10)
+            await wait_for(xdev, lambda d: d.link is not None and d.voice is not None, timeout=10)
             await quiet(xdev)
             await clock.advance(BETWEEN)
             await device.connect()

@@ -17,8 +17,8 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import DOMAIN
 from custom_components.xiaozhi_local.hub import XiaozhiHub
-from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, MAX_UNAUTHENTICATED_PER_ADDRESS
-from custom_components.xiaozhi_local.mqtt_channel import MqttChannel
+from custom_components.xiaozhi_local.transport.mqtt import FAILED_LOGINS, MAX_UNAUTHENTICATED_PER_ADDRESS
+from custom_components.xiaozhi_local.transport.mqtt_channel import MqttChannel
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.mqtt_wire import MqttRefused, mqtt_connect, mqtt_publish
 
@@ -75,8 +75,8 @@ async def test_ota_hands_out_mqtt_and_the_device_stays_online(
     assert device.nvs["websocket"]["token"] == TOKEN  # the WebSocket settings are still sent
     xdev = hub.devices[MAC]
     await wait_settled(xdev)
-    assert xdev.connection is not None
-    assert xdev.connection.transport_name == "mqtt"
+    assert xdev.link is not None
+    assert xdev.link.transport_name == "mqtt"
     assert "self.audio_speaker.set_volume" in xdev.tools
     assert not device.mqtt.subscribed
     assert not device.mqtt.audio_channel_open  # idle: no conversation, no UDP
@@ -112,7 +112,7 @@ async def test_settings_made_while_away_reach_the_device_at_boot(
     xdev = hub.devices[MAC]
     await wait_settled(xdev)
     await device.drop()  # powered off
-    await wait_for(xdev, lambda d: d.connection is None)
+    await wait_for(xdev, lambda d: d.link is None)
     # What it reported is stale now (unavailable); its settings still take a value that waits.
     assert hass.states.get("sensor.kitchen_battery").state == "unavailable"  # type: ignore[union-attr]
     assert hass.states.get("binary_sensor.kitchen_charging").state == "unavailable"  # type: ignore[union-attr]
@@ -122,7 +122,7 @@ async def test_settings_made_while_away_reach_the_device_at_boot(
     )
     assert xdev.values.pending
     await device.mqtt.start()  # powered on: online at boot, before anyone speaks
-    await wait_for(xdev, lambda d: d.connection is not None)
+    await wait_for(xdev, lambda d: d.link is not None)
     await wait_settled(xdev)
     assert device.state.volume == 21
     assert not xdev.values.pending
@@ -158,12 +158,12 @@ async def test_voice_turn_over_udp(hass: HomeAssistant, ready: Voice, hub: Xiaoz
 
     # A second conversation gets new keys.
     await device.mqtt.goodbye()
-    await wait_for(xdev, lambda d: d.connection is not None and not d.connection.audio_open)
+    await wait_for(xdev, lambda d: d.link is not None and not d.link.audio_open)
     await device.connect()
     assert device.server_hello is not None
     assert device.server_hello["udp"]["key"] != hello["udp"]["key"]
     assert device.server_hello["session_id"] != hello["session_id"]
-    assert xdev.connection is not None  # goodbye ended the conversation, not the link
+    assert xdev.link is not None  # goodbye ended the conversation, not the link
 
 
 async def test_announce_while_idle_is_an_alert(
@@ -214,11 +214,11 @@ async def test_second_connection_replaces_the_first(hub: XiaozhiHub, make_mqtt: 
     first = await make_mqtt()
     xdev = hub.devices[MAC]
     await wait_settled(xdev)
-    old = xdev.connection
+    old = xdev.link
     second = await make_mqtt()
     async with asyncio.timeout(5):
         await first.mqtt.wait_offline()
-    await wait_for(xdev, lambda d: d.connection is not None and d.connection is not old)
+    await wait_for(xdev, lambda d: d.link is not None and d.link is not old)
     assert second.mqtt.online.is_set()
 
 
@@ -227,7 +227,7 @@ async def test_two_devices_and_regenerated_token(hass: HomeAssistant, hub: Xiaoz
     kitchen = await make_mqtt()
     desk = await make_mqtt(mac=MAC2, client_id=CLIENT_ID2)
     assert kitchen.nvs["mqtt"]["password"] != desk.nvs["mqtt"]["password"]
-    await wait_for(hub.devices[MAC2], lambda d: d.connection is not None)
+    await wait_for(hub.devices[MAC2], lambda d: d.link is not None)
     entry = hub.entry
     sub = entry.subentries[hub.devices[MAC].subentry_id]
     hass.config_entries.async_update_subentry(entry, sub, data={**sub.data, "token": "new-token-" + "c" * 40})
@@ -252,7 +252,7 @@ async def test_wrong_credentials_are_refused_and_counted(hub: XiaozhiHub, make_m
     assert hub.devices[MAC].refused_tokens >= FAILED_LOGINS
     device.nvs["mqtt"] = good
     await device.mqtt.start()  # the right password is never refused (tests/test_mqtt_hostile.py: the rest)
-    await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
+    await wait_for(hub.devices[MAC], lambda d: d.link is not None)
 
 
 async def test_mqtt_off_hands_out_websocket_only(
@@ -355,7 +355,7 @@ async def test_malformed_before_connect_is_refused(hub: XiaozhiHub, data: bytes)
     await writer.drain()
     assert await _closed(reader) in (b"", bytes([0x20, 2, 0, 1]))
     writer.close()
-    assert not hub.connections
+    assert not hub.links
 
 
 async def test_malformed_packet_after_connect_ends_only_that_link(hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
@@ -365,9 +365,9 @@ async def test_malformed_packet_after_connect_ends_only_that_link(hub: XiaozhiHu
     await device.mqtt.send_mqtt_raw(bytes([0x30, 0x80, 0x80, 0x80, 0x01]))  # a 256 MB PUBLISH
     async with asyncio.timeout(5):
         await device.mqtt.wait_offline()
-    await wait_for(xdev, lambda d: d.connection is None)
+    await wait_for(xdev, lambda d: d.link is None)
     await device.mqtt.start()  # it reconnects, as the firmware does after 60 s
-    await wait_for(xdev, lambda d: d.connection is not None)
+    await wait_for(xdev, lambda d: d.link is not None)
 
 
 async def test_connect_flood_is_bounded(hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
@@ -383,7 +383,7 @@ async def test_connect_flood_is_bounded(hub: XiaozhiHub, make_mqtt: MqttFactory)
         held_writer.close()
     await asyncio.sleep(0.05)
     device = await make_mqtt()
-    await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
+    await wait_for(hub.devices[MAC], lambda d: d.link is not None)
     assert device.mqtt.online.is_set()
 
 
@@ -411,10 +411,10 @@ async def test_sockets_kept_topped_up_from_the_devices_address_never_keep_it_out
         for _ in range(5):
             async with asyncio.timeout(10):
                 device = await make_mqtt()
-                await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
+                await wait_for(hub.devices[MAC], lambda d: d.link is not None)
             assert device.mqtt.online.is_set()
             await device.drop()
-            await wait_for(hub.devices[MAC], lambda d: d.connection is None)
+            await wait_for(hub.devices[MAC], lambda d: d.link is None)
         assert hub.mqtt.pending_count <= MAX_UNAUTHENTICATED_PER_ADDRESS
     finally:
         stop.set()
@@ -468,7 +468,7 @@ async def test_udp_garbage_replays_and_spoofing(
     xdev = hub.devices[MAC]
     await wait_settled(xdev)
     await device.connect()
-    link = xdev.connection
+    link = xdev.link
     assert link is not None
     channel = link.channel
     assert isinstance(channel, MqttChannel)
@@ -552,7 +552,7 @@ async def test_py_xiaozhi_over_mqtt(hass: HomeAssistant, ready: Voice, hub: Xiao
     device = await make_mqtt(flavor="py-xiaozhi")
     xdev = hub.devices[MAC]
     assert not device.mqtt.online.is_set()  # it connects when a conversation starts, not at boot
-    assert xdev.connection is None
+    assert xdev.link is None
     await device.connect()  # CONNECT, SUBSCRIBE, then hello at once
     await wait_settled(xdev)
     assert device.mqtt.subscribed
@@ -572,7 +572,7 @@ async def test_py_xiaozhi_over_mqtt(hass: HomeAssistant, ready: Voice, hub: Xiao
     await device.mqtt.goodbye()
     async with asyncio.timeout(5):
         await device.mqtt.wait_offline()
-    await wait_for(xdev, lambda d: d.connection is None)
+    await wait_for(xdev, lambda d: d.link is None)
 
 
 def free_port() -> int:
@@ -597,15 +597,15 @@ async def test_every_device_comes_back_after_a_restart(
     desk = await make_mqtt(mac=MAC2, client_id=CLIENT_ID2)
     tasks = [asyncio.create_task(device.mqtt.stay_online(reconnect_interval=0.05)) for device in (kitchen, desk)]
     try:
-        await wait_for(hub.devices[MAC2], lambda d: d.connection is not None)
+        await wait_for(hub.devices[MAC2], lambda d: d.link is not None)
         assert await hass.config_entries.async_reload(hub.entry.entry_id)
         await hass.async_block_till_done()
         new_hub: XiaozhiHub = hub_of(hub.entry)
         assert new_hub is not hub
         for mac in (MAC, MAC2):
-            await wait_for(new_hub.devices[mac], lambda d: d.connection is not None, timeout=10)
+            await wait_for(new_hub.devices[mac], lambda d: d.link is not None, timeout=10)
             await wait_settled(new_hub.devices[mac])
-        assert {link.device.mac for link in new_hub.connections} == {MAC, MAC2}
+        assert {link.device.mac for link in new_hub.links} == {MAC, MAC2}
     finally:
         for task in tasks:
             task.cancel()
@@ -621,7 +621,7 @@ async def test_blocked_udp_raises_a_repair(
     from homeassistant.util import dt as dt_util
     from pytest_homeassistant_custom_component.common import async_fire_time_changed
 
-    from custom_components.xiaozhi_local.mqtt_channel import UDP_DEADLINE
+    from custom_components.xiaozhi_local.transport.mqtt_channel import UDP_DEADLINE
 
     device = await make_mqtt()
     xdev = hub.devices[MAC]
@@ -637,7 +637,7 @@ async def test_blocked_udp_raises_a_repair(
     from xiaozhi_sim.voice import MicEncoder
 
     device.mqtt.udp.send_datagram(next(iter(MicEncoder(60).packets(speech_pcm()[:8000]))))
-    await wait_for(xdev, lambda d: d.connection is not None and d.connection.audio_open)
+    await wait_for(xdev, lambda d: d.link is not None and d.link.audio_open)
     assert issue_registry.async_get_issue(DOMAIN, "udp_blocked") is None
 
 
@@ -671,7 +671,7 @@ async def test_notify_not_fetched_falls_back_to_an_alert(
     hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A 2.5 device that is busy ignores ``notify``: after a while the text is shown instead."""
-    from custom_components.xiaozhi_local import speaker
+    from custom_components.xiaozhi_local.sound import speaker
 
     monkeypatch.setattr(speaker, "NOTIFY_FETCH_TIMEOUT", 0.2)
     device = await make_mqtt(firmware_version="2.5.0")
@@ -697,8 +697,8 @@ async def test_a_device_that_stops_reading_is_dropped(hub: XiaozhiHub) -> None:
     writer.write(mqtt_connect("c", MAC, TOKEN, 60))
     assert await next_answer(reader) == bytes([0x20, 2, 0, 0])
     xdev = hub.devices[MAC]
-    await wait_for(xdev, lambda d: d.connection is not None)
-    link = xdev.connection
+    await wait_for(xdev, lambda d: d.link is not None)
+    link = xdev.link
     assert link is not None
     # From now on it reads nothing.
     sent = 0
@@ -706,7 +706,7 @@ async def test_a_device_that_stops_reading_is_dropped(hub: XiaozhiHub) -> None:
         while await link.async_send_json({"type": "custom", "payload": {"blob": "x" * 60_000}}):
             sent += 1
     assert 4 < sent < 200  # bounded: neither refused at once nor buffered without end
-    await wait_for(xdev, lambda d: d.connection is None)
+    await wait_for(xdev, lambda d: d.link is None)
     writer.close()
 
 
@@ -766,7 +766,7 @@ async def test_typed_text_before_any_audio_is_answered_as_text(
     device = await make_mqtt()
     await wait_settled(hub.devices[MAC])
     await device.connect()  # the hello: a channel, no datagram yet
-    link = hub.devices[MAC].connection
+    link = hub.devices[MAC].link
     assert link is not None
     assert not link.audio_open
     await device.type_text("what time is it")
@@ -776,7 +776,7 @@ async def test_typed_text_before_any_audio_is_answered_as_text(
     assert device.audio == []
     assert "gone" not in caplog.text
     assert "no audio channel yet; its answer is shown as text" in caplog.text  # debug
-    assert hub.devices[MAC].connection is link  # still connected
+    assert hub.devices[MAC].link is link  # still connected
 
 
 async def test_an_announcement_address_serves_only_its_device(
@@ -810,10 +810,10 @@ async def test_a_host_holding_idle_sockets_cannot_lock_out_its_lan(hub: XiaozhiH
         for _ in range(3):
             held += [await _raw(hub) for _ in range(5)]  # the flood goes on
             device = await make_mqtt()
-            await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
+            await wait_for(hub.devices[MAC], lambda d: d.link is not None)
             assert device.mqtt.online.is_set()
             await device.drop()
-            await wait_for(hub.devices[MAC], lambda d: d.connection is None)
+            await wait_for(hub.devices[MAC], lambda d: d.link is None)
         assert hub.mqtt is not None
         assert hub.mqtt.pending_count <= MAX_UNAUTHENTICATED_PER_ADDRESS  # still bounded
         assert await _closed(held[0][0]) == b""  # the oldest idle ones gave way
@@ -840,9 +840,9 @@ async def test_broadcast_with_one_device_off_reaches_the_others(
     message, and the household hears no "unexpected error"."""
     kitchen = await make_mqtt()
     desk = await make_mqtt(mac=MAC2, client_id=CLIENT_ID2)
-    await wait_for(hub.devices[MAC2], lambda d: d.connection is not None)
+    await wait_for(hub.devices[MAC2], lambda d: d.link is not None)
     await desk.drop()
-    await wait_for(hub.devices[MAC2], lambda d: d.connection is None)
+    await wait_for(hub.devices[MAC2], lambda d: d.link is None)
     await hass.async_block_till_done()
     state = hass.states.get("assist_satellite.desk")
     assert state is not None

@@ -19,8 +19,8 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry, async_
 
 from custom_components.xiaozhi_local.const import PING_INTERVAL
 from custom_components.xiaozhi_local.hub import XiaozhiHub
-from custom_components.xiaozhi_local.mqtt import FAILED_LOGINS, FREE_GUESSES, MAX_UNAUTHENTICATED, source_of
-from custom_components.xiaozhi_local.mqtt_channel import MAX_KEEPALIVE, UNANSWERED_LIMIT
+from custom_components.xiaozhi_local.transport.mqtt import FAILED_LOGINS, FREE_GUESSES, MAX_UNAUTHENTICATED, source_of
+from custom_components.xiaozhi_local.transport.mqtt_channel import MAX_KEEPALIVE, UNANSWERED_LIMIT
 from xiaozhi_sim.mqtt_wire import mqtt_connect
 
 from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_online, served_hub, wait_for
@@ -82,7 +82,7 @@ async def test_a_flood_of_half_open_connections_cannot_keep_a_device_out(
         assert hub.mqtt is not None
         await until(lambda: hub.mqtt is not None and hub.mqtt.pending_count == MAX_UNAUTHENTICATED, 30)
         device = await asyncio.wait_for(mqtt_online(hub, client), 30)  # a guard against a hang
-        assert hub.devices[MAC].connection is not None
+        assert hub.devices[MAC].link is not None
         await device.drop()
     finally:
         for writer in held:
@@ -135,9 +135,9 @@ async def test_a_link_without_keepalive_still_ends_when_silent(hass: HomeAssista
     reader, writer = await connect_from(hub)
     writer.write(mqtt_connect(CLIENT_ID, MAC, TOKEN, 0))
     assert await asyncio.wait_for(next_answer(reader), 5) == CONNACK_ACCEPTED
-    await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
+    await wait_for(hub.devices[MAC], lambda d: d.link is not None)
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=MAX_KEEPALIVE * 1.5 + 1))
-    await wait_for(hub.devices[MAC], lambda d: d.connection is None)
+    await wait_for(hub.devices[MAC], lambda d: d.link is None)
     writer.close()
 
 
@@ -154,8 +154,8 @@ async def test_a_device_that_pings_but_never_reads_is_closed(hass: HomeAssistant
     writer.write(mqtt_connect(CLIENT_ID, MAC, TOKEN, 60))
     assert await asyncio.wait_for(next_answer(reader), 5) == CONNACK_ACCEPTED
     xdev = hub.devices[MAC]
-    await wait_for(xdev, lambda d: d.connection is not None)
-    link = xdev.connection
+    await wait_for(xdev, lambda d: d.link is not None)
+    link = xdev.link
     assert link is not None
     pinging = True
 
@@ -169,9 +169,9 @@ async def test_a_device_that_pings_but_never_reads_is_closed(hass: HomeAssistant
         for _ in range(UNANSWERED_LIMIT):
             with pytest.raises(Exception, match="no answer"):
                 await mcp_of(link).request("tools/call", {"name": "self.get_device_status"}, timeout=0.1)
-        assert xdev.connection is link  # its pings keep it "alive"
+        assert xdev.link is link  # its pings keep it "alive"
         async_fire_time_changed(hass, dt_util.utcnow() + PING_INTERVAL)
-        await wait_for(xdev, lambda d: d.connection is None)
+        await wait_for(xdev, lambda d: d.link is None)
     finally:
         pinging = False
         await pinger
@@ -188,15 +188,15 @@ async def test_forged_audio_cannot_move_the_devices_audio(
     own, move nothing; the device's own from a new port, at its next turn, do. A thousand guesses
     without the key from a port of its address at a new turn move nothing either.
     """
-    from custom_components.xiaozhi_local.mqtt_channel import MqttChannel
     from custom_components.xiaozhi_local.protocol.udp import MOVE_EVIDENCE, MOVE_GUESSES
+    from custom_components.xiaozhi_local.transport.mqtt_channel import MqttChannel
     from xiaozhi_sim.voice import MicEncoder
 
     from .conftest import mqtt_in_conversation
 
     device = await mqtt_online(hub, client)
     await mqtt_in_conversation(hub, device)
-    link = hub.devices[MAC].connection
+    link = hub.devices[MAC].link
     assert link is not None
     channel = link.channel
     assert isinstance(channel, MqttChannel)

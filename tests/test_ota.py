@@ -11,8 +11,8 @@ from homeassistant.helpers import device_registry as dr
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
+from custom_components.xiaozhi_local.admission.pairing import MAX_PENDING, MAX_PER_SOURCE
 from custom_components.xiaozhi_local.const import CONF_WEBSOCKET_URL, DOMAIN, OTA_PATH, WS_PATH
-from custom_components.xiaozhi_local.pairing import MAX_PENDING, MAX_PER_SOURCE
 from xiaozhi_sim import OtaTiming, SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, FAST, MAC, TOKEN, ota_url, wait_for, ws_url
@@ -386,7 +386,7 @@ async def test_token_regeneration(
     answer = await reboot.boot(ota_url(client), FAST)
     assert answer["websocket"]["token"] == new_token
     await reboot.connect()
-    await wait_for(xdev, lambda d: d.connection is not None)
+    await wait_for(xdev, lambda d: d.link is not None)
     await reboot.drop()
 
 

@@ -2,18 +2,18 @@
 
 import pytest
 
-from custom_components.xiaozhi_local.pairing import (
+from custom_components.xiaozhi_local.admission.identities import Identity
+from custom_components.xiaozhi_local.admission.pairing import (
     CODE_TTL,
     LOCKOUT,
     MAX_FAILURES,
     MAX_PER_SOURCE,
     CheckResult,
-    DeviceReport,
-    Identity,
     PairingManager,
     activation_message,
     new_token,
 )
+from custom_components.xiaozhi_local.admission.reports import DeviceReport
 
 
 class Clock:

@@ -113,8 +113,8 @@ async def test_a_wrong_token_for_a_paired_mac_costs_what_an_unknown_mac_costs(
 ) -> None:
     """Pairing status must not leak by timing: the refusal of a paired MAC's wrong token does the
     same work before its answer as an unknown MAC's (the repair's bookkeeping comes after)."""
-    from custom_components.xiaozhi_local import admission as admission_module
-    from custom_components.xiaozhi_local.auth import Refused
+    from custom_components.xiaozhi_local.admission import policy as admission_module
+    from custom_components.xiaozhi_local.admission.gate import Refused
 
     calls: list[tuple[str, int]] = []
     monkeypatch.setattr(

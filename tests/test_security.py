@@ -28,7 +28,9 @@ from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.xiaozhi_local.auth import Refused
+from custom_components.xiaozhi_local.admission.gate import Refused
+from custom_components.xiaozhi_local.admission.identities import token_hash
+from custom_components.xiaozhi_local.admission.pairing import MAX_PER_SOURCE
 from custom_components.xiaozhi_local.const import (
     CONF_WEBSOCKET_URL,
     DEFAULT_NEW_PER_HOUR as AUTO_PAIR_PER_HOUR,
@@ -37,8 +39,6 @@ from custom_components.xiaozhi_local.const import (
     SUBENTRY_DEVICE,
     WS_PATH,
 )
-from custom_components.xiaozhi_local.identities import token_hash
-from custom_components.xiaozhi_local.pairing import MAX_PER_SOURCE
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, FAST, MAC, TOKEN, device_subentry, ota_url, wait_for, ws_url
@@ -183,7 +183,7 @@ async def test_pair_again_with_the_code_the_new_identity_heard(
     assert pending_only(hass, MAC, await post_ota(client))  # the stranger still gets nothing
     assert pending_only(hass, MAC, await post_ota(client, client_id=CLIENT_ID))  # nor the old identity
     await reset.connect()
-    await wait_for(hub_of(setup_integration).devices[MAC], lambda d: d.connection is not None)
+    await wait_for(hub_of(setup_integration).devices[MAC], lambda d: d.link is not None)
     await reset.drop()
 
 
@@ -289,7 +289,7 @@ async def test_previous_token_is_refused_but_never_banned(
     device = firmware(client)
     assert (await device.boot(ota_url(client), FAST))["websocket"]["token"] == new_token
     await device.connect()
-    await wait_for(hub_of(setup_integration).devices[MAC], lambda d: d.connection is not None)
+    await wait_for(hub_of(setup_integration).devices[MAC], lambda d: d.link is not None)
     await device.drop()
 
 
@@ -486,7 +486,7 @@ async def test_restart_after_a_kill_restores_what_devices_were_given(
     for mac, token in ((NEW_MAC, "tok-new"), (MAC, "tok-regenerated")):
         device = firmware(client, mac=mac, token=token, url=ws_url(client))
         await device.connect()
-        await wait_for(hub.devices[mac], lambda d: d.connection is not None)
+        await wait_for(hub.devices[mac], lambda d: d.link is not None)
         await device.drop()
     resp = await client.get(WS_PATH, headers={"Authorization": f"Bearer {TOKEN}", "Device-Id": MAC})
     assert resp.status == 401
@@ -534,7 +534,7 @@ async def test_each_token_is_kept_once(
     for mac, held in ((MAC, TOKEN), (NEW_MAC, token)):
         sim = firmware(client, mac=mac, token=held, url=ws_url(client))
         await sim.connect()
-        await wait_for(hub.devices[mac], lambda d: d.connection is not None)
+        await wait_for(hub.devices[mac], lambda d: d.link is not None)
         await sim.drop()
 
 
@@ -721,7 +721,7 @@ async def test_pairing_sessions_are_bounded_and_say_a_code_made_once(
     one before), a few in all (503 past them), and the speech of a code made once."""
     from aiohttp import WSServerHandshakeError
 
-    from custom_components.xiaozhi_local.pairing_session import MAX_SESSIONS
+    from custom_components.xiaozhi_local.admission.pairing_session import MAX_SESSIONS
 
     def headers(mac: str, token: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {token}", "Device-Id": mac, "Client-Id": STRANGER, "Protocol-Version": "1"}

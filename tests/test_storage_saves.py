@@ -48,7 +48,7 @@ async def test_tokens_leave_500_subentries_without_recursion(
     """Loaded with every token still in its subentry (the first save was overtaken by check-ins, as
     after an upgrade or a bulk pairing), a sync asks for a save: every token leaves its subentry
     once the journal is on disk, and no save is started from inside another."""
-    from custom_components.xiaozhi_local import storage
+    from custom_components.xiaozhi_local.store import storage
 
     errors: list[Any] = []
     hass.loop.set_exception_handler(lambda _loop, context: errors.append(context))
@@ -149,7 +149,7 @@ async def test_a_stop_in_the_middle_of_the_saves_loses_no_token(
 ) -> None:
     """The hub unloads (Home Assistant stops) while tokens are leaving 500 subentries: every device
     has its token after the next start, from its subentry or from the journal on disk."""
-    from custom_components.xiaozhi_local import storage
+    from custom_components.xiaozhi_local.store import storage
 
     tokens = {sub.data["mac"]: sub.data[CONF_TOKEN] for sub in config_entry.subentries.values()}
     original = storage.HubStorage.async_save_identities

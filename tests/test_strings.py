@@ -68,7 +68,7 @@ def test_translation_keys_used_in_code_exist() -> None:
 
 
 def test_code_check_results_are_translated() -> None:
-    from custom_components.xiaozhi_local.pairing import CheckResult
+    from custom_components.xiaozhi_local.admission.pairing import CheckResult
 
     shown = {CheckResult.WRONG.value, CheckResult.LOCKED.value}  # used as form errors
     assert shown <= set(STRINGS["config"]["error"])

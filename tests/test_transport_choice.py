@@ -65,7 +65,7 @@ async def on_mqtt(hub: XiaozhiHub, device: SimulatedDevice) -> None:
     await asyncio.wait_for(device.mqtt.online.wait(), 5)
     assert device.transport == "mqtt"
     xdev = hub.devices[MAC]
-    await wait_for(xdev, lambda d: d.connection is not None and d.connection.transport_name == "mqtt")
+    await wait_for(xdev, lambda d: d.link is not None and d.link.transport_name == "mqtt")
     await wait_settled(xdev)
 
 
@@ -124,7 +124,7 @@ async def test_a_device_in_a_conversation_is_restarted_once_it_is_over(
     await on_mqtt(hub, device)
     await device.connect()  # a conversation: the UDP channel is open
     xdev = hub.devices[MAC]
-    await wait_for(xdev, lambda d: d.connection is not None and hello_of(d.connection) is not None)
+    await wait_for(xdev, lambda d: d.link is not None and hello_of(d.link) is not None)
     boots = device.boots
     await choose(hass, "websocket")
     await transport_state(hass, "to_websocket")
@@ -140,7 +140,7 @@ async def test_a_device_that_is_off_follows_at_its_next_boot(
     device = await make_device()
     await on_mqtt(hub, device)
     await device.drop()  # switched off
-    await wait_for(hub.devices[MAC], lambda d: d.connection is None)
+    await wait_for(hub.devices[MAC], lambda d: d.link is None)
     await choose(hass, "websocket")
     await transport_state(hass, "to_websocket")
     await device.boot_mqtt(ota_url(client), timing=FAST)  # switched on: its OTA answer has no mqtt
@@ -202,7 +202,7 @@ async def test_py_xiaozhi_on_the_transport_it_was_told_is_not_restarted_either(
         assert not any(m.get("type") == "system" for m in device.log)
     # Between conversations too: offline, never "moves to MQTT" or "to WebSocket".
     await device.drop()
-    await wait_for(xdev, lambda d: d.connection is None)
+    await wait_for(xdev, lambda d: d.link is None)
     for option in ("websocket", "hub"):
         await choose(hass, option)
         await transport_state(hass, "offline")
@@ -215,9 +215,9 @@ async def test_py_xiaozhi_between_conversations_is_away_not_off(
     device = await make_device(flavor="py-xiaozhi")
     xdev = hub.devices[MAC]
     await device.connect()
-    await wait_for(xdev, lambda d: d.connection is not None)
+    await wait_for(xdev, lambda d: d.link is not None)
     await device.drop()
-    await wait_for(xdev, lambda d: d.connection is None)
+    await wait_for(xdev, lambda d: d.link is None)
     assert xdev.told_transport == "mqtt"
     assert not xdev.off
     states = [s for s in hass.states.async_all("sensor") if s.entity_id != SENSOR]
@@ -237,7 +237,7 @@ async def test_a_device_that_does_not_come_back_on_the_chosen_transport_is_resta
     assert device.rebooted
     device.rebooted = False
     await device.mqtt.start()  # back on MQTT without asking OTA (the check failed, say)
-    await wait_for(hub.devices[MAC], lambda d: d.connection is not None)
+    await wait_for(hub.devices[MAC], lambda d: d.link is not None)
     await wait_settled(hub.devices[MAC])
     assert not device.rebooted  # not restarted again before a new OTA answer
     await transport_state(hass, "mqtt")

@@ -21,7 +21,7 @@ from pytest_homeassistant_custom_component.common import (
 from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
 from custom_components.xiaozhi_local.const import DOMAIN, VISION_PATH
-from custom_components.xiaozhi_local.vision import NO_AI_TASK
+from custom_components.xiaozhi_local.tools.vision import NO_AI_TASK
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.camera import BOUNDARY, TINY_JPEG
 

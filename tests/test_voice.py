@@ -124,7 +124,7 @@ async def test_manual_mode_keeps_the_socket_until_idle(
     assert device.device_state == "idle"
     assert ready.agent.inputs[0].text.startswith("heard ")
     xdev = hub_of(hass).devices[MAC]
-    assert xdev.connection is not None
+    assert xdev.link is not None
     result = await hass.services.async_call(
         DOMAIN,
         "call_tool",

@@ -106,7 +106,7 @@ async def changed(hass: HomeAssistant, hub: XiaozhiHub, device: SimulatedDevice,
     await choose(hass, option)
     await device.wait_boots(boots + 1, timeout=20)
     xdev = hub.devices[MAC]
-    await wait_for(xdev, lambda d: d.connection is not None)
+    await wait_for(xdev, lambda d: d.link is not None)
     return xdev
 
 
@@ -135,7 +135,7 @@ async def test_choosing_hi_esp_makes_the_device_wake_on_it(
     assert device.assets.valid
     assert device.wake_word == "Hi,ESP"
     xdev = hub.devices[MAC]
-    await wait_for(xdev, lambda d: d.connection is not None)
+    await wait_for(xdev, lambda d: d.link is not None)
     await wait_settled(xdev)
     assert (now := hass.states.get(ENTITY)) is not None
     assert now.attributes["phase"] == "verifying"
@@ -230,13 +230,13 @@ async def test_a_websocket_device_fetches_its_pack_when_its_conversation_ends(
         await device.boot(ota_url(client), timing=FAST)
         await device.connect()  # woken: a conversation
         xdev = hub.devices[MAC]
-        await wait_for(xdev, lambda d: d.connection is not None)
+        await wait_for(xdev, lambda d: d.link is not None)
         await wait_settled(xdev)
         await wait_entity(hass, ENTITY, lambda s: s.state == AS_BUILT)
         boots = device.boots
         await choose(hass, "Hi ESP")
         assert device.boots == boots  # not in the middle of its conversation
-        link = xdev.connection
+        link = xdev.link
         assert link is not None
         await link.async_end_conversation("idle")  # what the idle timer does
         await device.wait_boots(boots + 1, timeout=20)
@@ -506,7 +506,7 @@ async def test_a_multinet_board_takes_a_phrase(
         await device.wait_boots(boots + 1, timeout=20)
         assert device.wake_word == "嗨小明"  # the phrase's text: what CustomWakeWord reports
         xdev = hub.devices[MAC]
-        await wait_for(xdev, lambda d: d.connection is not None)
+        await wait_for(xdev, lambda d: d.link is not None)
         await mqtt_in_conversation(hub, device)
         await detect(device, "嗨小明")
         now = await wait_entity(hass, text, lambda s: s.attributes.get("phase") == "done")

@@ -320,9 +320,9 @@ class ProbeView(HomeAssistantView):
         if hub is not None:
             devices = hub.devices.values()
             data["devices"] = len(hub.devices)
-            data["connected"] = sum(1 for d in devices if d.connection is not None)
-            data["ready"] = sum(1 for d in devices if d.connection is not None and d.connection.settled.is_set())
-            data["connections"] = len(hub.connections)
+            data["connected"] = sum(1 for d in devices if d.link is not None)
+            data["ready"] = sum(1 for d in devices if d.link is not None and d.link.settled.is_set())
+            data["connections"] = len(hub.links)
             data["mqtt_pending"] = hub.mqtt.pending_count if hub.mqtt is not None else None
             registered = er.async_entries_for_config_entry(er.async_get(hass), entries[0].entry_id)
             data["entities"] = len(registered)

@@ -9,19 +9,19 @@ from homeassistant.core import Event, HomeAssistant, callback
 from homeassistant.helpers import config_validation as cv, llm as llm_helper
 from homeassistant.helpers.typing import ConfigType
 
+from .admission.identities import journal_store
+from .admission.ota import XiaozhiActivateView, XiaozhiOtaView
 from .const import DOMAIN
 from .firmware.installer import DATA_FIRMWARE
 from .firmware.server import XiaozhiFirmwareView
-from .http import XiaozhiWebSocketView, register_open_view
 from .hub import DATA_HUB, XiaozhiConfigEntry, XiaozhiHub
-from .identities import journal_store
-from .idle_media import DATA_ANNOUNCEMENTS, XiaozhiNotifyView
 from .llm import API_NAME, XiaozhiDevicesAPI
-from .ota import XiaozhiActivateView, XiaozhiOtaView
 from .repairs import async_check_ffmpeg, async_check_url
 from .services import async_setup_services
-from .storage import hub_store
-from .vision import XiaozhiVisionView
+from .sound.announcements import DATA_ANNOUNCEMENTS, XiaozhiNotifyView
+from .store.storage import hub_store
+from .tools.vision import XiaozhiVisionView
+from .transport.endpoint import XiaozhiWebSocketView, register_open_view
 from .wake_word.change import DATA_WAKE_WORDS
 from .wake_word.view import XiaozhiWakeWordView
 

@@ -16,7 +16,7 @@ from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, XiaozhiValueDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
-from .tool_map import STATUS, as_bool
+from .tools.table import STATUS, as_bool
 
 
 @dataclass(frozen=True, kw_only=True)

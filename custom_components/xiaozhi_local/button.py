@@ -19,7 +19,7 @@ from .light import LIGHTS
 from .number import NUMBERS
 from .select import SELECTS
 from .sensor import SENSORS
-from .tool_map import IR_LIST, IR_SEND, ir_code_names, plain_buttons
+from .tools.table import IR_LIST, IR_SEND, ir_code_names, plain_buttons
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,16 +15,16 @@ from homeassistant.core import callback
 from homeassistant.helpers import selector
 import probatio as vol
 
-from .admission import default_title
+from .admission.pairing import CheckResult, PendingDevice, new_token
+from .admission.policy import default_title
+from .admission.urls import ota_url, websocket_url
 from .const import (
     DOMAIN,
     SUBENTRY_DEVICE,
 )
 from .hub import XiaozhiHub, async_get_hub
 from .options_flow import XiaozhiOptionsFlow
-from .pairing import CheckResult, PendingDevice, new_token
 from .protocol.messages import normalize_mac
-from .urls import ota_url, websocket_url
 
 CODE_SCHEMA = vol.Schema(
     {
@@ -46,7 +46,7 @@ class XiaozhiConfigFlow(ConfigFlow, domain=DOMAIN):
     """The hub (one per HA), and discovered devices asking to join it."""
 
     VERSION = 2
-    """2: device tokens are kept in the hub's private journal, not in the subentries (identities.py)."""
+    """2: device tokens are kept in the hub's private journal, not in the subentries (admission/identities.py)."""
 
     def __init__(self) -> None:
         """Start empty."""

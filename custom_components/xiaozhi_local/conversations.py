@@ -51,13 +51,13 @@ class Conversation:
 class VoiceHandler(Protocol):
     """The device's voice satellite, as the connection sees it."""
 
-    def on_control(self, connection: DeviceLink, message: ControlMessage) -> None:
+    def on_control(self, link: DeviceLink, message: ControlMessage) -> None:
         """Handle ``listen``, ``abort`` and other control messages."""
 
-    def on_audio(self, connection: DeviceLink, packet: bytes) -> None:
+    def on_audio(self, link: DeviceLink, packet: bytes) -> None:
         """One uplink Opus packet."""
 
-    def on_disconnect(self, connection: DeviceLink) -> None:
+    def on_disconnect(self, link: DeviceLink) -> None:
         """The connection ended."""
 
     @property

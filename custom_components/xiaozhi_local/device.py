@@ -3,7 +3,7 @@
 What the device said (its tools, the results of its query tools) and settings the user made
 while it was away are kept in its cache, which the hub persists, so entities show the
 last-known state across disconnects and HA restarts and settings reach the device when it
-next connects (readings.py runs that round).
+next connects (tools/readings.py runs that round).
 """
 
 import asyncio
@@ -19,6 +19,7 @@ from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers.typing import UNDEFINED
 from homeassistant.util import dt as dt_util
 
+from .admission.identities import Identity
 from .const import (
     CONF_OPEN,
     CONF_SERIAL,
@@ -31,16 +32,15 @@ from .const import (
 from .conversations import Conversation, VoiceHandler
 from .errors import DeviceOfflineError, tool_error, translated_error
 from .limits import ExpiringToken, TokenBucket
-from .notifications import DeviceNotifications
-from .pairing import Identity
 from .protocol.firmware import BoardFacts, leading_version
 from .protocol.logs import OnceLogger
 from .protocol.mcp import McpError, McpTimeoutError, McpTool, ServerInfo, ToolResult
-from .readings import REPORT_SAVE_DELAY, DeviceValues
 from .restarts import OwedRestarts
+from .store.cache import DeviceCache
 from .tasks import watched
-from .tool_map import canonical_tools
-from .values import DeviceCache
+from .tools.notifications import DeviceNotifications
+from .tools.readings import REPORT_SAVE_DELAY, DeviceValues
+from .tools.table import canonical_tools
 
 if TYPE_CHECKING:
     from .link import DeviceLink
@@ -75,31 +75,31 @@ class XiaozhiDevice:
         self.entry_id = entry_id
         self.subentry_id = subentry.subentry_id
         self.mac: str = subentry.data[CONF_MAC]
-        self.token = token  # kept in the hub's identity journal, not in the subentry (identities.py)
+        self.token = token  # kept in the hub's identity journal, not in the subentry (admission/identities.py)
         self.identity = _identity_of(subentry)
         self.open = bool(subentry.data.get(CONF_OPEN))  # paired without a token (load testers)
         self.name = subentry.title
-        self.connection: DeviceLink | None = None
+        self.link: DeviceLink | None = None
         self.conversation: Conversation | None = None
         """Its open conversation, on whichever link carries it (conversations.py)."""
         self.voice: VoiceHandler | None = None  # the assist satellite, once it exists
         self.server_info = ServerInfo()
         self.last_seen: datetime | None = None
         self.refused_tokens = 0
-        """Connections refused in a row for a wrong token (admission.py: a repair issue at 5)."""
+        """Connections refused in a row for a wrong token (admission/policy.py: a repair issue at 5)."""
         self.log = OnceLogger(self.mac, _LOGGER)  # each kind of problem is logged once per device
         self._persist = persist or (lambda _delay: None)
         self.notifications = DeviceNotifications(self.log, hass.loop)
-        """What it notifies, bounded, and who listens (notifications.py)."""
+        """What it notifies, bounded, and who listens (tools/notifications.py)."""
         self.report_changes = TokenBucket(REPORT_CHANGE_RATE, REPORT_CHANGE_BURST)
-        """How often what it reports at its OTA check may change (reports.py)."""
+        """How often what it reports at its OTA check may change (admission/reports.py)."""
         self._listeners: list[Callable[[], None]] = []
         kept = DeviceCache.from_dict(cache)
         self.tool_lists = 0  # tools/list answers (or registrations) since start; 0: tools from the cache
         self.tools: dict[str, McpTool] = kept.tools
         """By the firmware's name (``TOOL_ALIASES``); each ``McpTool.name`` is what the device calls it."""
         self.values = DeviceValues(self, kept.queries, kept.pending, self._persist)
-        """Its last query results and its waiting settings (readings.py)."""
+        """Its last query results and its waiting settings (tools/readings.py)."""
         self.vision_token = ExpiringToken(VISION_TOKEN_TTL, hass.loop)
         """The short-lived token for camera uploads (sent in ``initialize``; not the main token)."""
         self.photo: bytes | None = None  # the last camera photo (JPEG)
@@ -109,10 +109,10 @@ class XiaozhiDevice:
         self.address: str | None = None
         """The network address it last reached Home Assistant from (OTA check or connection)."""
         self.told_transport = kept.told_transport
-        """What its last OTA answer told it to use (``mqtt`` or ``websocket``): see transport.py."""
+        """What its last OTA answer told it to use (``mqtt`` or ``websocket``): see transport/choice.py."""
         self.picks_transport = kept.picks_transport
         """A client that picks its transport itself (its OTA check lacks the stock firmware's
-        partition table): never restarted for the connection choice (transport.py)."""
+        partition table): never restarted for the connection choice (transport/choice.py)."""
         self.chosen_wake_word = kept.wake_word
         """The wake word chosen in Home Assistant and confirmed by the device (None: as built; wake_words.py)."""
         self.expected_wake_word = kept.wake_phrase
@@ -170,12 +170,12 @@ class XiaozhiDevice:
     @property
     def off(self) -> bool:
         """Stock firmware told MQTT (on from boot) and not connected: off. py-xiaozhi connects per conversation."""
-        return self.connection is None and self.told_transport == TRANSPORT_MQTT and not self.picks_transport
+        return self.link is None and self.told_transport == TRANSPORT_MQTT and not self.picks_transport
 
     @property
     def connected(self) -> bool:
         """Whether a connection with a completed hello is open."""
-        return self.connection is not None
+        return self.link is not None
 
     @property
     def exchanging(self) -> bool:
@@ -198,8 +198,8 @@ class XiaozhiDevice:
         self.name = subentry.title
         if token != self.token:
             self.token = token
-            if self.connection is not None:  # a replaced token ends the session it opened
-                self.async_create_task(self.connection.async_close("token changed"), f"xiaozhi_local close {self.mac}")
+            if self.link is not None:  # a replaced token ends the session it opened
+                self.async_create_task(self.link.async_close("token changed"), f"xiaozhi_local close {self.mac}")
         identity, self.identity = self.identity, _identity_of(subentry)
         return identity != self.identity
 
@@ -281,12 +281,12 @@ class XiaozhiDevice:
     # -- connection ---------------------------------------------------------------------------
 
     @callback
-    def async_attach(self, connection: DeviceLink) -> None:
+    def async_attach(self, link: DeviceLink) -> None:
         """A connection finished its hello: it is now the device's one connection."""
-        old, self.connection = self.connection, connection
+        old, self.link = self.link, link
         self.last_seen = dt_util.utcnow()
-        self.address = connection.client.address or self.address
-        if old is not None and old is not connection:
+        self.address = link.client.address or self.address
+        if old is not None and old is not link:
             _LOGGER.debug("Device %s reconnected; closing its previous connection", self.mac)
             self.async_create_task(old.async_close("replaced by a new connection"), f"xiaozhi_local close {self.mac}")
         self.async_changed()
@@ -311,12 +311,12 @@ class XiaozhiDevice:
         return conversation if conversation is not None and conversation.link is link else None
 
     @callback
-    def async_detach(self, connection: DeviceLink) -> None:
+    def async_detach(self, link: DeviceLink) -> None:
         """A connection ended (and a conversation it carried)."""
-        if self.conversation is not None and self.conversation.link is connection:
+        if self.conversation is not None and self.conversation.link is link:
             self.conversation = None
-        if self.connection is connection:
-            self.connection = None
+        if self.link is link:
+            self.link = None
             self.last_seen = dt_util.utcnow()
             self.async_changed()
 
@@ -341,7 +341,7 @@ class XiaozhiDevice:
 
     @callback
     def async_set_facts(self, facts: BoardFacts) -> None:
-        """What its OTA check said of its board and firmware changed (reports.py)."""
+        """What its OTA check said of its board and firmware changed (admission/reports.py)."""
         self.facts = facts
         self._persist(REPORT_SAVE_DELAY)
         self.async_changed()
@@ -360,15 +360,15 @@ class XiaozhiDevice:
 
     async def async_wait_ready(self, timeout: float) -> DeviceLink:
         """The live connection once its tools are known. Raises DeviceOfflineError/McpTimeoutError."""
-        connection = self.connection
-        if connection is None:
+        link = self.link
+        if link is None:
             raise DeviceOfflineError(f"device {self.mac} is not connected")
         try:
             async with asyncio.timeout(timeout):
-                await connection.discovered.wait()
+                await link.discovered.wait()
         except TimeoutError:
             raise McpTimeoutError("the device did not finish listing its tools in time") from None
-        return connection
+        return link
 
     def find_tool(self, name: str) -> McpTool | None:
         """A tool by the firmware's name or by the name the device gave it."""
@@ -376,28 +376,28 @@ class XiaozhiDevice:
 
     async def async_call_tool(self, name: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
         """Call a tool (by either name) on the live connection. Raises McpError subclasses."""
-        connection = self.connection
-        if connection is None:
+        link = self.link
+        if link is None:
             raise DeviceOfflineError(f"device {self.mac} is not connected")
         wire = tool.name if (tool := self.tools.get(name)) is not None else name
-        return await connection.async_call_tool(wire, arguments, timeout)
+        return await link.async_call_tool(wire, arguments, timeout)
 
     # -- what entities use --------------------------------------------------------------------
 
     async def async_restart(self) -> None:
         """``{"type":"system","command":"reboot"}``: stock firmware since 1.x reboots on it."""
-        connection = self.connection
-        if connection is None or not await connection.async_send_json({"type": "system", "command": "reboot"}):
+        link = self.link
+        if link is None or not await link.async_send_json({"type": "system", "command": "reboot"}):
             raise translated_error("device_offline", device=self.name)
 
     async def async_restart_quietly(self) -> bool:
         """Restart if connected (to pick up a new transport at boot); False when it could not be told."""
-        connection = self.connection
-        return connection is not None and await connection.async_send_json({"type": "system", "command": "reboot"})
+        link = self.link
+        return link is not None and await link.async_send_json({"type": "system", "command": "reboot"})
 
     async def async_press(self, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         """A button: the device must be connected."""
-        if self.connection is None:
+        if self.link is None:
             raise translated_error("device_offline", device=self.name)
         try:
             return await self.async_call_tool(tool, arguments or {}, DEFAULT_CALL_TIMEOUT)

@@ -13,12 +13,12 @@ from homeassistant.const import CONF_CLIENT_ID, CONF_TOKEN
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import device_registry as dr
 
+from .admission.urls import ota_url
 from .const import CONF_SERIAL, DOMAIN
 from .device import XiaozhiDevice
 from .firmware.installer import FirmwareUpdates
-from .http import GUESSES
 from .hub import XiaozhiConfigEntry
-from .urls import ota_url
+from .transport.endpoint import GUESSES
 
 TO_REDACT = {
     CONF_TOKEN,
@@ -37,13 +37,13 @@ TO_REDACT = {
 
 
 def _device(device: XiaozhiDevice, firmware: FirmwareUpdates) -> dict[str, Any]:
-    connection = device.connection
-    session = connection.session if connection is not None else None
+    link = device.link
+    session = link.session if link is not None else None
     hello = session.hello if session is not None else None
     data: dict[str, Any] = {
         "mac": device.mac,
         "name": device.name,
-        "connected": connection is not None,
+        "connected": link is not None,
         "last_seen": device.last_seen.isoformat() if device.last_seen else None,
         "server_info": {"name": device.server_info.name, "version": device.server_info.version},
         "identity": {
@@ -61,12 +61,12 @@ def _device(device: XiaozhiDevice, firmware: FirmwareUpdates) -> dict[str, Any]:
         "voice": device.voice is not None,
         "firmware": firmware.diagnostics(device),
     }
-    if connection is not None and session is not None:
+    if link is not None and session is not None:
         data["connection"] = {
-            "transport": connection.transport_name,
-            "audio_open": connection.audio_open,
-            "client_id": connection.client.client_id,
-            "protocol_version": connection.client.protocol_version,
+            "transport": link.transport_name,
+            "audio_open": link.audio_open,
+            "client_id": link.client.client_id,
+            "protocol_version": link.client.protocol_version,
             "dialect": "registerTools" if session.registered else "mcp",
             "bare_json_rpc": session.bare,
             "hello": None
@@ -78,12 +78,12 @@ def _device(device: XiaozhiDevice, firmware: FirmwareUpdates) -> dict[str, Any]:
                 "audio_params": asdict(hello.audio_params),
                 "problems": list(hello.problems),
             },
-            "discovered": connection.discovered.is_set(),
-            "settled": connection.settled.is_set(),
+            "discovered": link.discovered.is_set(),
+            "settled": link.settled.is_set(),
             "pending_requests": session.mcp.pending_count,
-            "audio_frames": connection.audio_frames,
-            "dropped_frames": connection.dropped_frames,
-            "missed_pings": connection.missed_pings,
+            "audio_frames": link.audio_frames,
+            "dropped_frames": link.dropped_frames,
+            "missed_pings": link.missed_pings,
         }
     redacted: dict[str, Any] = async_redact_data(data, TO_REDACT)
     return redacted
@@ -98,7 +98,7 @@ async def async_get_config_entry_diagnostics(hass: HomeAssistant, entry: Xiaozhi
         "ota_url": ota_url(hass),
         "pending_pairings": len(hub.admission.pairing),
         "pending_pairings_of_paired_macs": sum(bool(hub.admission.pairing.for_mac(mac)) for mac in hub.devices),
-        "open_connections": len(hub.connections),
+        "open_connections": len(hub.links),
         "refused_guesses": GUESSES.counts["guess"],
         "mqtt": None
         if hub.mqtt is None

@@ -12,7 +12,7 @@ from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from .const import DOMAIN
 from .device import XiaozhiDevice
 from .hub import XiaozhiConfigEntry
-from .tool_map import STATUS, value_at
+from .tools.table import STATUS, value_at
 
 WAITING_FOR_DEVICE = "waiting_for_device"
 """State attribute of a setting made while the device was away (applied when it connects)."""

@@ -13,9 +13,9 @@ from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers.event import async_track_time_interval
 from homeassistant.util.hass_dict import HassKey
 
-from . import transport
-from .admission import Admission
-from .auth import Refused
+from .admission.gate import Refused
+from .admission.policy import Admission
+from .admission.urls import assets_url, firmware_url, notify_url, vision_url, websocket_url
 from .const import (
     CONF_MQTT_PORT,
     CONF_UDP_PORT,
@@ -33,13 +33,13 @@ from .device import XiaozhiDevice
 from .firmware.files import LOCAL_FOLDER
 from .firmware.installer import FirmwareUpdates
 from .firmware.remote import CHECK_EVERY as FIRMWARE_CHECK_EVERY
-from .idle_media import AnnouncementStore
 from .link import DeviceLink
-from .mqtt import MqttEndpoint
 from .repairs import async_mqtt_port, async_token_accepted
-from .storage import HubStorage
+from .sound.announcements import AnnouncementStore
+from .store.storage import HubStorage
 from .tasks import watched
-from .urls import assets_url, firmware_url, notify_url, vision_url, websocket_url
+from .transport import choice as transport
+from .transport.mqtt import MqttEndpoint
 from .wake_word.change import WakeWords
 from .wake_word.files import FOLDER as WAKE_WORD_FOLDER, WakeWordFiles
 
@@ -57,7 +57,7 @@ class XiaozhiHub:
         self.entry = entry
         self.devices: dict[str, XiaozhiDevice] = {}
         self._by_device_id: dict[str, XiaozhiDevice] = {}
-        self.connections: set[DeviceLink] = set()  # every open link (sockets before their hello too)
+        self.links: set[DeviceLink] = set()  # every open link (sockets before their hello too)
         self.mqtt: MqttEndpoint | None = None  # the always-connected transport, while it listens
         self.announcements = AnnouncementStore(hass, self.notify_url)  # for idle devices that play them (firmware 2.5)
         self.firmware = FirmwareUpdates(hass, entry, lambda: self.devices, self.firmware_url)
@@ -91,7 +91,7 @@ class XiaozhiHub:
 
     @callback
     def async_transport_changed(self) -> None:
-        """The connection choice may have changed: every device follows it (transport.py)."""
+        """The connection choice may have changed: every device follows it (transport/choice.py)."""
         for device in list(self.devices.values()):
             transport.async_follow(self.hass, self, device)
         for listener in list(self._transport_listeners):
@@ -117,8 +117,8 @@ class XiaozhiHub:
             self.wake_words.async_cancel(gone)
             async_token_accepted(self.hass, mac)  # nothing of it to repair any more
             _LOGGER.info("Device %s was removed", mac)
-            if gone.connection is not None:
-                self.entry.async_create_task(self.hass, gone.connection.async_close("device removed"))
+            if gone.link is not None:
+                self.entry.async_create_task(self.hass, gone.link.async_close("device removed"))
         for mac, subentry in wanted.items():
             token = self.storage.token_for(mac, subentry)
             if (device := self.devices.get(mac)) is not None:
@@ -143,7 +143,7 @@ class XiaozhiHub:
             if fresh:
                 self.admission.async_joined(device)
         carried = any(CONF_TOKEN in sub.data for sub in wanted.values())
-        if self.identities.dirty or carried:  # at once, not on a delay: see identities.py
+        if self.identities.dirty or carried:  # at once, not on a delay: see admission/identities.py
             self.async_request_save()
 
     @callback
@@ -230,7 +230,7 @@ class XiaozhiHub:
 
     @callback
     def async_authenticate(self, mac: str, token: str) -> XiaozhiDevice | Refused:
-        """The device whose MAC and token these are, or why not (admission.py)."""
+        """The device whose MAC and token these are, or why not (admission/policy.py)."""
         return self.admission.async_authenticate(mac, token)
 
     @callback
@@ -257,8 +257,8 @@ class XiaozhiHub:
     @callback
     def _async_sweep(self, _now: datetime) -> None:
         self._sweeps += 1
-        for connection in list(self.connections):
-            connection.async_check_alive(MISSED_PINGS)
+        for link in list(self.links):
+            link.async_check_alive(MISSED_PINGS)
         if self._sweeps % REFRESH_EVERY_SWEEPS == 0:
             self.entry.async_create_background_task(self.hass, self._async_refresh_all(), "xiaozhi_local refresh")
 
@@ -269,27 +269,27 @@ class XiaozhiHub:
         moment, and every entity they update would be written in one burst on the event loop.
         """
         devices = sorted(
-            (c.device for c in self.connections if c.device.connection is c and c.discovered.is_set()),
+            (c.device for c in self.links if c.device.link is c and c.discovered.is_set()),
             key=lambda device: device.mac,
         )
         spacing = PING_INTERVAL.total_seconds() * REFRESH_SPREAD / max(1, len(devices))
         for index, device in enumerate(devices):
             if index:
                 await asyncio.sleep(spacing)
-            if device.connection is not None:  # still connected
+            if device.link is not None:  # still connected
                 self.entry.async_create_background_task(
                     self.hass, device.values.async_read(), f"xiaozhi_local refresh {device.mac}"
                 )
 
-    async def async_run_connection(self, connection: DeviceLink) -> None:
+    async def async_run_connection(self, link: DeviceLink) -> None:
         """Run a connection to its end, keeping count of the open ones."""
-        self.connections.add(connection)
+        self.links.add(link)
         self._no_connections.clear()
         try:
-            await connection.run()
+            await link.run()
         finally:
-            self.connections.discard(connection)
-            if not self.connections:
+            self.links.discard(link)
+            if not self.links:
                 self._no_connections.set()
 
     async def async_wait_no_connections(self) -> None:
@@ -309,7 +309,7 @@ class XiaozhiHub:
         if self.mqtt is not None:
             endpoint, self.mqtt = self.mqtt, None
             await endpoint.async_stop()
-        await asyncio.gather(*(conn.async_close(reason, code) for conn in list(self.connections)))
+        await asyncio.gather(*(conn.async_close(reason, code) for conn in list(self.links)))
         if self.started:  # a setup that failed before its devices ran leaves the store as it was
             await self.storage.async_save_now()
         else:

@@ -9,7 +9,7 @@ from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .entity import XiaozhiValueDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
-from .tool_map import LAMP_STATE, as_bool
+from .tools.table import LAMP_STATE, as_bool
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,9 +4,9 @@ A link is one live session with one device. The device, its entities, its tools 
 voice satellite see only its narrow interface (listed in docs/architecture.md, held by
 tests/test_layers.py): sending, calls, ending, and what the client does (whether audio can flow,
 its listen mode, whether audio comes in order). The routing of what the device says lives
-here, once; MCP discovery and the connect-time round are its ``discovery`` (``discovery.py``).
+here, once; MCP discovery and the connect-time round are its ``discovery`` (``tools/discovery.py``).
 A link holds the session (``protocol/session.py``) and the ``Channel`` that carries it
-(``channel.py``): the transports (``websocket.py``, ``mqtt_channel.py``) only move bytes.
+(``transport/channel.py``): the transports (``transport/websocket.py``, ``transport/mqtt_channel.py``) only move bytes.
 """
 
 from collections.abc import Coroutine
@@ -18,15 +18,15 @@ from typing import Any
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers.event import async_call_later
 
-from .channel import Channel
 from .const import EVENT_NOTIFICATION, EVENT_TOOL_ERROR
 from .device import XiaozhiDevice
-from .discovery import ToolDiscovery
 from .protocol.mcp import McpError, McpRemoteError, ToolResult
 from .protocol.messages import ClientHello, ControlMessage
 from .protocol.register import Registration
 from .protocol.session import DeviceSession
 from .protocol.voice import VoiceError, parse_listen
+from .tools.discovery import ToolDiscovery
+from .transport.channel import Channel
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class DeviceLink:
         self.audio_frames = 0  # uplink audio packets delivered
         self.discovery = ToolDiscovery(device, self.session.mcp, vision_url)
         self.discovered = self.discovery.discovered  # tools known: calls can go out
-        self.settled = self.discovery.settled  # the connect-time round is over (discovery.py)
+        self.settled = self.discovery.settled  # the connect-time round is over (tools/discovery.py)
         self._listen_mode: str | None = None  # of its last listen start
         self.gone = False
         """The link has ended (a conversation's end over MQTT is not that)."""
@@ -139,7 +139,7 @@ class DeviceLink:
         if await self.channel.async_end_conversation(reason):
             return
         device = self.device
-        if device.connection is self and (why := device.restarts.take()) is not None:
+        if device.link is self and (why := device.restarts.take()) is not None:
             _LOGGER.info("Restarting %s at the end of its conversation: %s", device.mac, why)
             if await self.async_send_json({"type": "system", "command": "reboot"}):
 
@@ -227,7 +227,7 @@ class DeviceLink:
         self.discovery.end()  # a round still running stops; nobody waits forever on a gone link
         if (voice := self.device.voice) is not None:
             voice.on_disconnect(self)
-        if self.device.connection is self:
+        if self.device.link is self:
             _LOGGER.debug("Device %s disconnected", self.device.mac)  # every conversation, over WebSocket
         self.device.async_detach(self)
 
@@ -258,7 +258,7 @@ class DeviceLink:
         self.channel.on_binary(data)
 
     def on_register(self, registration: Registration) -> None:
-        """A registerTools client announced its tools (discovery.py)."""
+        """A registerTools client announced its tools (tools/discovery.py)."""
         self.discovery.on_register(registration)
 
     def on_tool_error(self, tool: str, error: McpError) -> None:

@@ -1,9 +1,9 @@
 """Each device's speaker as a media player: media from HA's browser, URLs, announcements, volume.
 
 What plays and how it reaches the device is the voice satellite's (``async_play_media``, through
-``speaker.py``): the media player resolves what it is asked to play into a URL ffmpeg can open,
+``sound/speaker.py``): the media player resolves what it is asked to play into a URL ffmpeg can open,
 and shows what the device does. With the satellite's entity disabled the speaker plays by itself,
-through the same ``speaker.py``. Its state: off while the device is away, playing while media
+through the same ``sound/speaker.py``. Its state: off while the device is away, playing while media
 plays, idle otherwise. Pause is not offered: a live stream has nothing to resume, and the
 device's decode queue keeps no more than a second or two.
 """
@@ -30,14 +30,14 @@ from homeassistant.components.media_player import (
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from . import speaker
 from .conversations import VoiceHandler
 from .device import XiaozhiDevice
 from .entity import WAITING_FOR_DEVICE, XiaozhiEntity, async_setup_device_entities, reported
 from .errors import translated_error
 from .hub import XiaozhiConfigEntry
-from .media import MediaUnreadable
 from .number import NUMBERS
+from .sound import speaker
+from .sound.media import MediaUnreadable
 
 PARALLEL_UPDATES = 0
 
@@ -172,21 +172,21 @@ class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
         Nothing else runs a conversation on the device then (no pipeline), so the speaker is its
         own: one thing plays at a time, a new one replaces it. An announcement returns once played.
         """
-        connection, entry = self.device.connection, self.platform.config_entry
+        link, entry = self.device.link, self.platform.config_entry
         assert entry is not None
-        if connection is None:
+        if link is None:
             raise translated_error("device_offline", device=self.device.name)
-        if not connection.audio_open and not self.device.plays_notify:
+        if not link.audio_open and not self.device.plays_notify:
             raise translated_error("media_no_channel", device=self.device.name)
         self._stop_alone()
         try:
             source = await speaker.async_open_media(self.hass, url)
         except MediaUnreadable as err:
             raise translated_error("media_unreadable", device=self.device.name, reason=str(err)) from None
-        if connection.audio_open:
-            playing: Coroutine[Any, Any, None] = speaker.async_speak(self.hass, connection, source, lambda: title)
+        if link.audio_open:
+            playing: Coroutine[Any, Any, None] = speaker.async_speak(self.hass, link, source, lambda: title)
         else:
-            waiting = await speaker.async_notify(entry.runtime_data.announcements, connection, [lambda: source], title)
+            waiting = await speaker.async_notify(entry.runtime_data.announcements, link, [lambda: source], title)
             if waiting is None:
                 await source.aclose()
                 raise translated_error("media_not_fetched", device=self.device.name)

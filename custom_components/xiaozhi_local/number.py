@@ -9,7 +9,7 @@ from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .entity import XiaozhiSettingDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
-from .tool_map import VOLUME_QUERY, as_int
+from .tools.table import VOLUME_QUERY, as_int
 
 
 @dataclass(frozen=True, kw_only=True)

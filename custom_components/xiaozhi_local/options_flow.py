@@ -11,6 +11,7 @@ from homeassistant.data_entry_flow import section
 from homeassistant.helpers import selector
 import probatio as vol
 
+from .admission.urls import ota_url, websocket_url
 from .const import (
     CONF_ACCEPT_WITHOUT_CODE,
     CONF_AI_TASK_ENTITY,
@@ -37,7 +38,6 @@ from .const import (
     TLS_MQTT_PORT,
 )
 from .firmware.files import DEFAULT_RELEASES_URL, DEFAULT_VENDOR_URL
-from .urls import ota_url, websocket_url
 
 FIRMWARE_URLS = {
     CONF_FIRMWARE_VENDOR_URL: DEFAULT_VENDOR_URL,

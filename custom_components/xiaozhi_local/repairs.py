@@ -22,8 +22,8 @@ from homeassistant.helpers import issue_registry as ir
 from homeassistant.util.hass_dict import HassKey
 from yarl import URL
 
+from .admission.urls import internal_base
 from .const import CONF_WEBSOCKET_URL, DOMAIN
-from .urls import internal_base
 
 ISSUE_UNREACHABLE_URL = "unreachable_url"
 ISSUE_FFMPEG_MISSING = "ffmpeg_missing"

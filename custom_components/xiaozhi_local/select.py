@@ -16,7 +16,7 @@ from .const import CONF_TRANSPORT, DOMAIN, TRANSPORT_HUB, TRANSPORT_MQTT, TRANSP
 from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, XiaozhiSettingDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
-from .tool_map import THEMES, as_option
+from .tools.table import THEMES, as_option
 from .wake_word.change import WakeWords, describe
 from .wake_word.pack import ENGINE_WAKENET
 
@@ -137,7 +137,7 @@ class XiaozhiTransportSelect(XiaozhiEntity, SelectEntity):
         return choice if choice in (TRANSPORT_MQTT, TRANSPORT_WEBSOCKET) else TRANSPORT_HUB
 
     async def async_select_option(self, option: str) -> None:
-        """Store it; the device follows at the first moment it can (transport.py).
+        """Store it; the device follows at the first moment it can (transport/choice.py).
 
         The hub's endpoint starts if this device is the first to want MQTT (the entry's update).
         """

@@ -40,8 +40,8 @@ async def test_cli_connects_and_leaves_when_closed(
     assert line.decode().startswith(f"connected as {MAC}")
     xdev = hub_of(setup_integration).devices[MAC]
     await wait_for(xdev, lambda d: "self.ir.send_named" in d.tools, timeout=30)
-    assert xdev.connection is not None
-    await xdev.connection.async_close("test over")  # the server ends the conversation
+    assert xdev.link is not None
+    await xdev.link.async_close("test over")  # the server ends the conversation
     out, _err = await asyncio.wait_for(proc.communicate(), 30)
     assert "disconnected" in out.decode()
     assert proc.returncode == 0
@@ -70,9 +70,9 @@ async def test_cli_boots_through_ota(
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert line.decode().startswith(f"connected as {MAC}")
     xdev = hub_of(setup_integration).devices[MAC]
-    await wait_for(xdev, lambda d: d.connection is not None, timeout=30)
-    assert xdev.connection is not None
-    await xdev.connection.async_close("test over")
+    await wait_for(xdev, lambda d: d.link is not None, timeout=30)
+    assert xdev.link is not None
+    await xdev.link.async_close("test over")
     await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0
     stored = json.loads(flash.read_text())
@@ -90,8 +90,8 @@ async def test_cli_register_flavor(
     assert line.decode().startswith("registered: {'status': 'registered'")
     xdev = hub_of(setup_integration).devices[MAC]
     await wait_for(xdev, lambda d: "amplify_volume" in d.tools, timeout=30)
-    assert xdev.connection is not None
-    await xdev.connection.async_close("test over")
+    assert xdev.link is not None
+    await xdev.link.async_close("test over")
     out, _err = await asyncio.wait_for(proc.communicate(), 30)
     assert "disconnected" in out.decode()
     assert proc.returncode == 0
@@ -137,10 +137,10 @@ async def test_cli_stays_online_over_mqtt(
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert line.decode().startswith(f"connected as {MAC} over MQTT")
     xdev = hub_of(setup_integration).devices[MAC]
-    await wait_for(xdev, lambda d: d.connection is not None, timeout=30)
-    assert xdev.connection is not None
-    assert xdev.connection.transport_name == "mqtt"
-    await xdev.connection.async_close("test: the link drops")
+    await wait_for(xdev, lambda d: d.link is not None, timeout=30)
+    assert xdev.link is not None
+    assert xdev.link.transport_name == "mqtt"
+    await xdev.link.async_close("test: the link drops")
     assert (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().startswith("disconnected")
     assert (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().startswith("connected as")
     proc.terminate()
@@ -156,7 +156,7 @@ async def test_cli_types_questions_from_a_pipe(
     assert proc.stdout is not None
     assert (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().startswith("connected as")
     xdev = hub_of(setup_integration).devices[MAC]
-    await wait_for(xdev, lambda d: d.connection is not None, timeout=30)
+    await wait_for(xdev, lambda d: d.link is not None, timeout=30)
     await asyncio.get_running_loop().run_in_executor(None, fifo.write_text, "turn on the kitchen light\n")
     line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
     assert line.startswith('you typed: "turn on the kitchen light"; Home Assistant said: "The kitchen light is on.')
@@ -179,12 +179,12 @@ async def test_cli_per_conversation_websocket(
     assert proc.stdout is not None
     assert "is idle on 2.4.2; it connects when woken" in (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
     xdev = hub_of(setup_integration).devices[MAC]
-    assert xdev.connection is None  # booted, and not connected
+    assert xdev.link is None  # booted, and not connected
     await asyncio.get_running_loop().run_in_executor(None, fifo.write_text, "turn on the kitchen light\n")
     assert (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().startswith(f"connected as {MAC}")
     assert "The kitchen light is on." in (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
     assert "is idle again" in (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-    await wait_for(xdev, lambda d: d.connection is None, timeout=10)
+    await wait_for(xdev, lambda d: d.link is None, timeout=10)
     proc.terminate()
     await asyncio.wait_for(proc.communicate(), 30)
 
@@ -222,9 +222,9 @@ async def test_cli_installs_firmware_and_comes_back_over_mqtt(
     assert proc.stdout is not None
     assert (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().startswith("connected as")
     xdev = hub_of(setup_integration).devices[MAC]
-    await wait_for(xdev, lambda d: d.connection is not None and d.facts is not None, timeout=30)
+    await wait_for(xdev, lambda d: d.link is not None and d.facts is not None, timeout=30)
     await asyncio.wait_for(_install_demo_firmware(hass, setup_integration, tmp_path / "firmware"), 90)
-    await wait_for(xdev, lambda d: d.connection is not None, timeout=30)  # online again, by itself
+    await wait_for(xdev, lambda d: d.link is not None, timeout=30)  # online again, by itself
     proc.terminate()
     await asyncio.wait_for(proc.communicate(), 30)
 
@@ -277,10 +277,10 @@ async def test_cli_follows_the_connection_select_there_and_back(
     )
     await _until_line(proc, "over MQTT (always online)")
     xdev = hub_of(setup_integration).devices[MAC]
-    await wait_for(xdev, lambda d: d.connection is not None, timeout=30)
+    await wait_for(xdev, lambda d: d.link is not None, timeout=30)
     await wait_settled(xdev)
     replaced: list[Any] = []
-    xdev.async_add_listener(lambda: replaced.append(xdev.connection) if xdev.connection is not None else None)
+    xdev.async_add_listener(lambda: replaced.append(xdev.link) if xdev.link is not None else None)
 
     async def choose(option: str) -> None:
         await hass.services.async_call(
@@ -296,7 +296,7 @@ async def test_cli_follows_the_connection_select_there_and_back(
     await choose("mqtt")  # it is away: the next conversation ends with a restart onto MQTT
     await _ask(proc, fifo, "what time is it")
     await _until_line(proc, "over MQTT (always online)")
-    await wait_for(xdev, lambda d: d.connection is not None and d.connection.transport_name == "mqtt", timeout=30)
+    await wait_for(xdev, lambda d: d.link is not None and d.link.transport_name == "mqtt", timeout=30)
     await _ask(proc, fifo, "turn on the kitchen light")  # over MQTT again
     # Each conversation over WebSocket is a connection of its own; never two at once.
     assert [link.transport_name for link in dict.fromkeys(replaced)] == ["mqtt", "websocket", "websocket", "mqtt"]

@@ -33,7 +33,7 @@ from ..const import DOMAIN
 from ..device import XiaozhiDevice
 from ..errors import translated_error
 from ..protocol.firmware import BoardFacts, FirmwareError, is_newer
-from ..tool_map import STATUS
+from ..tools.table import STATUS
 from .catalog import FirmwareCatalog
 from .downloads import Downloads
 from .files import ImageFile, Offer, SourceUnavailable

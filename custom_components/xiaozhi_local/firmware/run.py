@@ -80,12 +80,12 @@ class InstallRun:
         job.phase = Phase.REBOOTING
         disarm(self.downloads, job)
         self.notify(device.mac)
-        link = device.connection
+        link = device.link
         try:
             async with asyncio.timeout(REFUSE_GRACE):
                 version = await asyncio.shield(job.returned)
         except TimeoutError:
-            if link is not None and device.connection is link:  # it never rebooted: the flash failed
+            if link is not None and device.link is link:  # it never rebooted: the flash failed
                 await self._async_recover()
                 raise translated_error("update_refused", device=device.name, version=job.version) from None
             try:
@@ -130,7 +130,7 @@ class InstallRun:
                 await device.async_wait_ready(DISCOVERY_TIMEOUT)
             with contextlib.suppress(HomeAssistantError):
                 await job.async_wait(None, CONNECT_GRACE, HomeAssistantError, until=lambda: device.exchanging)
-            link = device.connection
+            link = device.link
             if link is not None and link.conversation_is_connection and device.exchanging:
                 # Over WebSocket Home Assistant ends a conversation by closing the socket, before a
                 # tool could be called: the end restarts the device instead, and the OTA answer of

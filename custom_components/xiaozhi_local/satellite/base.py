@@ -25,7 +25,6 @@ from homeassistant.components.assist_satellite import (
 from homeassistant.core import CALLBACK_TYPE, callback
 from homeassistant.helpers.entity import EntityDescription
 
-from .. import speaker
 from ..const import (
     CONF_IDLE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
@@ -35,9 +34,10 @@ from ..entity import XiaozhiEntity
 from ..errors import translated_error
 from ..hub import XiaozhiConfigEntry
 from ..link import DeviceLink
-from ..media import tts_pcm
 from ..protocol import voice
 from ..repairs import async_pipeline_incomplete, async_pipeline_served
+from ..sound import speaker
+from ..sound.media import tts_pcm
 from .runs import (
     CANNOT_SERVE,
     EARLY_AUDIO_PACKETS,
@@ -111,7 +111,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
             self._idle()
         if run.turn is not None and run.turn.mode == "manual" and not run.continue_conversation:
             options = self._config_entry().options
-            run.connection.arm_idle(float(options.get(CONF_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)))
+            run.link.arm_idle(float(options.get(CONF_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)))
 
     async def _async_after(self, previous: Run | None) -> None:
         """Until the replaced run's pipeline has really stopped (its late events are not ours)."""
@@ -122,16 +122,16 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
         """The assistant the device uses now (its select, else the preferred one)."""
         return async_get_pipeline(self.hass, self._resolve_pipeline())
 
-    def on_disconnect(self, connection: DeviceLink) -> None:
+    def on_disconnect(self, link: DeviceLink) -> None:
         """The connection ended: its run ends at once, and nothing of it reaches another connection."""
-        if self._deferred_detect is not None and self._deferred_detect[2] is connection:
+        if self._deferred_detect is not None and self._deferred_detect[2] is link:
             self._cancel_deferred_detect()
         run = self._run
-        if run is not None and run.connection is connection:
+        if run is not None and run.link is link:
             _LOGGER.debug("Device %s disconnected during a conversation; ending it", self.device.mac)
             self._end_run(run)
         self._no_answer()
-        if self._idle_media is not None and connection.gone and self.device.connection in (connection, None):
+        if self._idle_media is not None and link.gone and self.device.link in (link, None):
             # Media by notify to a device that is gone: its stream (ffmpeg, the upstream) ends now,
             # not when the socket of a device that stopped reading finally times out.
             _title, task = self._idle_media
@@ -147,7 +147,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
         cancel()
         return text
 
-    def _abort(self, connection: DeviceLink, reason: Any) -> None:
+    def _abort(self, link: DeviceLink, reason: Any) -> None:
         """The device interrupts: whatever runs on this connection stops, answered or not.
 
         While listening, the partial audio is dropped (not answered). While speaking, the speech
@@ -155,7 +155,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
         """
         _LOGGER.debug("Device %s: abort (%s)", self.device.mac, reason)
         run = self._run
-        if run is not None and run.connection is connection:
+        if run is not None and run.link is link:
             self._end_run(run)
 
     @callback
@@ -171,20 +171,20 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
         self._send_to(run, voice.alert(f"The assistant {assistant} has no {what}. Set it up in Home Assistant."))
         self._end_run(run)
         self.device.async_create_task(
-            run.connection.async_end_conversation(f"assistant {assistant} has no {what}"),
+            run.link.async_end_conversation(f"assistant {assistant} has no {what}"),
             f"xiaozhi_local end {self.device.mac}",
         )
 
     def _send_to(self, run: Run, message: dict[str, Any]) -> None:
         """In order: each send starts at once (eager), and the socket writes whole frames in order."""
-        self.device.async_create_task(run.connection.async_send_json(message), f"xiaozhi_local send {self.device.mac}")
+        self.device.async_create_task(run.link.async_send_json(message), f"xiaozhi_local send {self.device.mac}")
 
     def _send_ai(self, run: Run, kind: str, content: str) -> None:
         """``mcp/ai/message`` for registerTools clients (the connection ignores it for others)."""
-        connection = run.connection
-        if connection.takes_ai_messages and content:
+        link = run.link
+        if link.takes_ai_messages and content:
             self.device.async_create_task(
-                connection.async_send_ai_message(kind, content), f"xiaozhi_local send {self.device.mac}"
+                link.async_send_ai_message(kind, content), f"xiaozhi_local send {self.device.mac}"
             )
 
     def _stream_reply(self, run: Run, delta: Any) -> None:
@@ -212,7 +212,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
             case PipelineEventType.RUN_START:
                 run.tts_token = (data.get("tts_output") or {}).get("token")
             case PipelineEventType.STT_VAD_START:
-                if (conversation := self.device.conversation_of(run.connection)) is not None:
+                if (conversation := self.device.conversation_of(run.link)) is not None:
                     conversation.heard()  # someone speaks: the next listening counts anew
                 if turn is not None:
                     turn.heard_speech = True
@@ -270,7 +270,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
             # Another box in the room heard the same wake word and answers: end quietly.
             self._end_run(run)
             self.device.async_create_task(
-                run.connection.async_end_conversation("another device answers"), f"xiaozhi_local end {self.device.mac}"
+                run.link.async_end_conversation("another device answers"), f"xiaozhi_local end {self.device.mac}"
             )
         elif code in CANNOT_SERVE:
             pipeline = self._pipeline()
@@ -300,7 +300,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
         if respond:
             source = self._reply_then_media(run, source)
         try:
-            await speaker.async_speak(self.hass, run.connection, source, lambda: run.tts_text)
+            await speaker.async_speak(self.hass, run.link, source, lambda: run.tts_text)
         finally:
             if respond and not run.cancelled:
                 self._replied(run)
@@ -320,7 +320,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
         run.media = title
         self.device.async_link_changed()  # the speaker plays
         async with contextlib.aclosing(media):
-            await run.connection.async_send_json(voice.tts_sentence(title))
+            await run.link.async_send_json(voice.tts_sentence(title))
             async for pcm in media:
                 yield pcm
 
@@ -332,9 +332,9 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
             self.tts_response_finished()
 
     def _connection_or_raise(self) -> DeviceLink:
-        if (connection := self.device.connection) is None:
+        if (link := self.device.link) is None:
             raise translated_error("device_offline", device=self.device.name)
-        return connection
+        return link
 
     @callback
     def _no_answer(self) -> None:

@@ -22,11 +22,11 @@ from ..const import (
     DEFAULT_SILENCE_TIMEOUT,
 )
 from ..link import DeviceLink
-from ..media import audio_executor
 from ..protocol.messages import ControlMessage
 from ..protocol.opus import Decoded, ThreadedDecoder
 from ..protocol.pcm import AudioError
 from ..protocol.voice import VoiceError, is_wake_phrase, parse_listen
+from ..sound.media import audio_executor
 from .runs import (
     EARLY_AUDIO_PACKETS,
     EARLY_AUDIO_WINDOW,
@@ -59,11 +59,11 @@ class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class
             return PUSH_TO_TALK_SILENCE
         return super()._resolve_vad_sensitivity()
 
-    def on_control(self, connection: DeviceLink, message: ControlMessage) -> None:
+    def on_control(self, link: DeviceLink, message: ControlMessage) -> None:
         """``listen start|stop|detect`` and ``abort``."""
-        connection.touch()
+        link.touch()
         if message.type == "abort":
-            self._abort(connection, message.data.get("reason"))
+            self._abort(link, message.data.get("reason"))
             return
         if message.type != "listen":
             _LOGGER.debug("Device %s: ignored %s message", self.device.mac, message.type)
@@ -71,14 +71,14 @@ class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class
         try:
             listen = parse_listen(message.data)
         except VoiceError as err:
-            connection.log.report(err.kind, str(err))
+            link.log.report(err.kind, str(err))
             return
         run = self._run
         if listen.state == "start":
-            self._start_turn(connection, listen.mode)
+            self._start_turn(link, listen.mode)
         elif listen.state == "stop":
-            if run is None or run.connection is not connection or run.turn is None:
-                connection.log.report("stop_without_start", "listen stop without a listen start")
+            if run is None or run.link is not link or run.turn is None:
+                link.log.report("stop_without_start", "listen stop without a listen start")
                 return
             turn = run.turn
             assert turn.decoder is not None
@@ -86,40 +86,40 @@ class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class
         elif is_wake_phrase(listen.text) or listen.text == self.device.expected_wake_word:
             self._wake_phrase = listen.text
         else:
-            self._defer_detect(connection, listen.text)
+            self._defer_detect(link, listen.text)
 
-    def on_audio(self, connection: DeviceLink, packet: bytes) -> None:
+    def on_audio(self, link: DeviceLink, packet: bytes) -> None:
         """Uplink Opus → PCM for the running turn; a streaming client's next utterance starts the next."""
-        connection.touch()
+        link.touch()
         run = self._run
-        if run is None and connection.streams_microphone and self.device.connection is connection:
+        if run is None and link.streams_microphone and self.device.link is link:
             # Clients that stream their microphone without pause (the browser page, xiaozhi-sdk in
             # realtime mode, load testers) send listen start once: HA's VAD segments what follows.
-            self._start_turn(connection, connection.listen_mode or "auto")
+            self._start_turn(link, link.listen_mode or "auto")
             run = self._run
-        turn = run.turn if run is not None and run.connection is connection else None
+        turn = run.turn if run is not None and run.link is link else None
         if turn is None or turn.ended:
-            if connection.audio_in_order:  # in order with listen start: really outside
+            if link.audio_in_order:  # in order with listen start: really outside
                 # py-xiaozhi, the browser page and load testers send on after HA's VAD ended the turn.
-                connection.log.note("audio_outside_turn", "dropped audio outside a listening turn")
+                link.log.note("audio_outside_turn", "dropped audio outside a listening turn")
             else:  # UDP may overtake the listen start sent over MQTT: kept a moment for the turn
-                self._early_audio.append((connection, self.hass.loop.time(), packet))
+                self._early_audio.append((link, self.hass.loop.time(), packet))
             return
-        self._feed(connection, turn, packet)
+        self._feed(link, turn, packet)
 
-    def _feed(self, connection: DeviceLink, turn: Turn, packet: bytes) -> None:
+    def _feed(self, link: DeviceLink, turn: Turn, packet: bytes) -> None:
         """Hand ``packet`` to the turn's decoder (a worker thread); ``_decoded`` gets its PCM."""
         assert turn.decoder is not None
         if not turn.decoder.feed(packet):
-            connection.log.report("audio_queue_full", "the decoder is not keeping up; dropped audio")
+            link.log.report("audio_queue_full", "the decoder is not keeping up; dropped audio")
 
     @callback
-    def _decoded(self, connection: DeviceLink, turn: Turn, results: list[Decoded]) -> None:
+    def _decoded(self, link: DeviceLink, turn: Turn, results: list[Decoded]) -> None:
         """Decoded uplink, in order: into the pipeline's queue unless the turn has ended meanwhile."""
         good = False
         for result in results:
             if isinstance(result, AudioError):
-                connection.log.report("bad_opus", str(result))
+                link.log.report("bad_opus", str(result))
                 continue
             good = True
             if not result or turn.ended:
@@ -127,23 +127,23 @@ class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class
             try:
                 turn.queue.put_nowait(result)
             except asyncio.QueueFull:
-                connection.log.report("audio_queue_full", "the pipeline is not keeping up; dropped audio")
+                link.log.report("audio_queue_full", "the pipeline is not keeping up; dropped audio")
         if good:
             self._watch_gap(turn)
 
-    def _start_turn(self, connection: DeviceLink, mode: str) -> None:
+    def _start_turn(self, link: DeviceLink, mode: str) -> None:
         if (custom_wake_word := self._cancel_deferred_detect()) is not None:
             self._wake_phrase = custom_wake_word
         turn = Turn(mode, asyncio.Queue(MAX_QUEUED_CHUNKS))
-        turn.decoder = ThreadedDecoder(partial(self._decoded, connection, turn), audio_executor(self.hass))
-        run = Run(connection, turn)
+        turn.decoder = ThreadedDecoder(partial(self._decoded, link, turn), audio_executor(self.hass))
+        run = Run(link, turn)
         previous = self._begin(run)  # a new listen start ends what runs (barge-in, a new question)
         wake_phrase, self._wake_phrase = self._wake_phrase, None
         if mode != "manual":
             # Counted from when the device started listening with nobody speaking since, on the
             # conversation's clock (a client that listens without opening one: the turn's own).
             timeout = float(self._config_entry().options.get(CONF_SILENCE_TIMEOUT, DEFAULT_SILENCE_TIMEOUT))
-            conversation = self.device.conversation_of(connection)
+            conversation = self.device.conversation_of(link)
             remaining = conversation.listening(self.hass.loop.time(), timeout) if conversation else timeout
 
             @callback
@@ -157,8 +157,8 @@ class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class
         early, self._early_audio = self._early_audio, deque(maxlen=EARLY_AUDIO_PACKETS)
         recent = self.hass.loop.time() - EARLY_AUDIO_WINDOW
         for source, at, packet in early:
-            if source is connection and at >= recent:
-                self._feed(connection, turn, packet)
+            if source is link and at >= recent:
+                self._feed(link, turn, packet)
 
     async def _async_run_turn(self, run: Run, wake_phrase: str | None, previous: Run | None) -> None:
         assert run.turn is not None
@@ -202,7 +202,7 @@ class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class
             _LOGGER.debug("Device %s: no speech; ending the conversation", self.device.mac)
             self._end_run(run)
             self.device.async_create_task(
-                run.connection.async_end_conversation("no speech"), f"xiaozhi_local end {self.device.mac}"
+                run.link.async_end_conversation("no speech"), f"xiaozhi_local end {self.device.mac}"
             )
 
     @callback

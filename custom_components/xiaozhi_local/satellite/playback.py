@@ -18,12 +18,12 @@ from homeassistant.components.intent import TimerEventType, TimerInfo
 from homeassistant.core import callback
 from homeassistant.exceptions import HomeAssistantError
 
-from .. import speaker
 from ..errors import translated_error
-from ..idle_media import Announcement
 from ..link import DeviceLink
-from ..media import MediaUnreadable
 from ..protocol import voice
+from ..sound import speaker
+from ..sound.announcements import Announcement
+from ..sound.media import MediaUnreadable
 from .base import SatelliteBase
 from .runs import (
     Run,
@@ -45,25 +45,25 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
         """
         if event_type != TimerEventType.FINISHED:
             return
-        connection = self.device.connection
-        if connection is None:
+        link = self.device.link
+        if link is None:
             _LOGGER.warning("Device %s is offline; its timer %s finished unheard", self.device.mac, timer.name or "")
             return
         ring = voice.timer_finished(timer.name, timer.created_seconds, timer.language)
         self._config_entry().async_create_background_task(
-            self.hass, self._async_ring(connection, ring), f"xiaozhi_local timer {self.device.mac}"
+            self.hass, self._async_ring(link, ring), f"xiaozhi_local timer {self.device.mac}"
         )
 
-    async def _async_ring(self, connection: DeviceLink, ring: dict[str, Any]) -> None:
+    async def _async_ring(self, link: DeviceLink, ring: dict[str, Any]) -> None:
         """Say it (in a conversation, or by ``notify`` on 2.5); the alert's sound where it cannot be said."""
-        if connection.audio_open or self.device.plays_notify:
+        if link.audio_open or self.device.plays_notify:
             try:
                 await self.async_internal_announce(message=ring["message"], preannounce=False)
             except HomeAssistantError as err:  # no text-to-speech, say
                 _LOGGER.debug("Device %s: the timer could not be spoken (%s); showing it", self.device.mac, err)
             else:
                 return
-        await connection.async_send_json(ring)
+        await link.async_send_json(ring)
 
     async def async_internal_announce(self, *args: Any, **kwargs: Any) -> None:
         """Refuse before any speech is made when the device is off; the announcement replaces a turn.
@@ -73,7 +73,7 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
         other satellites, as it skips unavailable ones), not queued for a conversation that may
         come hours later.
         """
-        if self.device.connection is None and not self.device.off:
+        if self.device.link is None and not self.device.off:
             if not self._told_away:
                 self._told_away = True
                 _LOGGER.info(
@@ -94,8 +94,8 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
         device went away). A device without a conversation channel cannot be made to listen
         (the firmware opens it only itself): refused before anything is said.
         """
-        connection = self._connection_or_raise()
-        if not connection.audio_open:
+        link = self._connection_or_raise()
+        if not link.audio_open:
             raise translated_error("question_no_channel", device=self.device.name)
         self._supersede()
         self._no_answer()  # a question still waiting is dismissed by this one: its caller is told
@@ -136,21 +136,21 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
         one) fetches it from a short-lived URL if its firmware plays ``notify`` (2.5), and shows
         the text with the firmware's alert sound otherwise.
         """
-        connection = self._connection_or_raise()
+        link = self._connection_or_raise()
         try:
             sources = speaker.announcement_sources(self.hass, announcement)
         except MediaUnreadable as err:  # refused before anything is said (never a local file)
             raise translated_error("media_unreadable", device=self.device.name, reason=str(err)) from None
-        if not connection.audio_open:
+        if not link.audio_open:
             if not announcement.message and not self.device.plays_notify:
                 # Media only (a sound, or speech picked in the media browser): no text to show in
                 # an alert, and a 2.4 device plays nothing while idle. Say why (not its URL).
                 raise translated_error("media_no_channel", device=self.device.name)
             await speaker.async_speak_idle(
-                self._config_entry().runtime_data.announcements, connection, sources, announcement.message or ""
+                self._config_entry().runtime_data.announcements, link, sources, announcement.message or ""
             )
             return
-        run = Run(connection)
+        run = Run(link)
         self._begin(run)
         run.tts_text = announcement.message or None
         self._send_ai(run, "chunk", announcement.message)
@@ -189,22 +189,22 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
         an ``abort`` stops it); to an idle device by ``notify`` where its firmware plays it (2.5).
         Otherwise, and for media ffmpeg cannot read, a translated error says why.
         """
-        connection = self._connection_or_raise()
-        if not connection.audio_open and not self.device.plays_notify:
+        link = self._connection_or_raise()
+        if not link.audio_open and not self.device.plays_notify:
             raise translated_error("media_no_channel", device=self.device.name)
         self.async_stop_media()
         try:
             source = await speaker.async_open_media(self.hass, url)
         except MediaUnreadable as err:
             raise translated_error("media_unreadable", device=self.device.name, reason=str(err)) from None
-        if (run := self._run) is not None and run.connection is connection and self._answering(run):
+        if (run := self._run) is not None and run.link is link and self._answering(run):
             # Asked for during a turn (most likely by its agent): it plays right after the reply.
             # Cancelling the turn here would cancel the very agent call that asked for it.
             self._play_after_reply(run, title, source)
             return
-        if connection.audio_open:
+        if link.audio_open:
             self._supersede()
-            run = Run(connection, media=title)
+            run = Run(link, media=title)
             self._begin(run)
             run.tts_text = title
             run.tts_task = self._config_entry().async_create_background_task(
@@ -213,7 +213,7 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
             self.device.async_link_changed()
             return
         waiting = await speaker.async_notify(
-            self._config_entry().runtime_data.announcements, connection, [lambda: source], title
+            self._config_entry().runtime_data.announcements, link, [lambda: source], title
         )
         if waiting is None:
             await source.aclose()

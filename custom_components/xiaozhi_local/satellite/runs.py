@@ -72,7 +72,7 @@ class Turn:
 class Run:
     """One exchange on one connection: a listening turn, typed text, or an announcement."""
 
-    connection: DeviceLink
+    link: DeviceLink
     turn: Turn | None = None
     task: asyncio.Task[None] | None = None  # the pipeline (a turn or typed text)
     tts_task: asyncio.Task[None] | None = None

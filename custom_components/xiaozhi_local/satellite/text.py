@@ -49,7 +49,7 @@ HA_PRIVATE_MEMBERS: Final = (
 class TextMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-class-module
     """Typed text, and telling it from a custom wake word."""
 
-    def _defer_detect(self, connection: DeviceLink, text: str) -> None:
+    def _defer_detect(self, link: DeviceLink, text: str) -> None:
         """Decide what a ``listen detect`` text that is no known wake phrase means.
 
         A custom wake word if ``listen start`` follows at once (the firmware sends both back to
@@ -60,15 +60,15 @@ class TextMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-class-
         @callback
         def typed(_now: Any) -> None:
             self._deferred_detect = None
-            self._start_text_run(connection, text)
+            self._start_text_run(link, text)
 
-        self._deferred_detect = (text, async_call_later(self.hass, WAKE_WORD_FOLLOW_UP, typed), connection)
+        self._deferred_detect = (text, async_call_later(self.hass, WAKE_WORD_FOLLOW_UP, typed), link)
 
-    def _start_text_run(self, connection: DeviceLink, text: str) -> None:
+    def _start_text_run(self, link: DeviceLink, text: str) -> None:
         """``listen detect`` with text that is not a wake phrase: a typed utterance."""
-        run = Run(connection)
+        run = Run(link)
         previous = self._begin(run)
-        if (conversation := self.device.conversation_of(connection)) is not None:
+        if (conversation := self.device.conversation_of(link)) is not None:
             conversation.heard()  # typing is taking part: silence is counted anew from the next turn
         run.task = self._config_entry().async_create_background_task(
             self.hass, self._async_run_text(run, text, previous), f"xiaozhi_local text {self.device.mac}"
@@ -85,13 +85,13 @@ class TextMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-class-
         await self._async_after(previous)
         if run.cancelled:
             return
-        run.connection.touch()
+        run.link.touch()
         self._send_to(run, voice.stt(text))  # clients draw the user's line from it
         pipeline = self._pipeline()
         # Shown, not spoken, without text-to-speech, or where no audio can reach the device yet (an
         # MQTT device that typed before its microphone's first datagram proved its UDP address).
-        run.text_only = not pipeline.tts_engine or not run.connection.audio_open
-        if pipeline.tts_engine and not run.connection.audio_open:
+        run.text_only = not pipeline.tts_engine or not run.link.audio_open
+        if pipeline.tts_engine and not run.link.audio_open:
             _LOGGER.debug("Device %s: no audio channel yet; its answer is shown as text", self.device.mac)
         context = Context()
         self.async_set_context(context)

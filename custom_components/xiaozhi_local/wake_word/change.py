@@ -243,10 +243,10 @@ class WakeWords:
         """Restart when idle, see the pack fetched, see the device back, then its first wake word."""
         device = job.device
         heard_before = device.heard_wake_words
-        link = device.connection
+        link = device.link
         per_conversation = link is not None and link.conversation_is_connection
         if per_conversation:
-            # WebSocket: the end of its conversation is the one moment it can be restarted (transport.py).
+            # WebSocket: the end of its conversation is the one moment it can be restarted (transport/choice.py).
             device.restarts.owe(Reason.WAKE_WORD)
         elif not await self._async_wait(job, lambda: device.idle, IDLE_WAIT):
             self.async_fail(job, "the device was never idle")
@@ -267,7 +267,7 @@ class WakeWords:
                 await self._async_restore(job)
             return
         # Back: connected again (MQTT); a WebSocket device is back at its next conversation.
-        if not per_conversation and not await self._async_wait(job, lambda: device.connection is not None, BOOT_WAIT):
+        if not per_conversation and not await self._async_wait(job, lambda: device.link is not None, BOOT_WAIT):
             self.async_fail(job, "the device did not come back after it fetched the pack")
             return
         # It has the pack: kept from now on (a restart of Home Assistant meanwhile included).
@@ -294,7 +294,7 @@ class WakeWords:
         entity, and choosing again is up to the user.
         """
         device = job.device
-        if not await self._async_wait(job, lambda: device.connection is not None, BOOT_WAIT):
+        if not await self._async_wait(job, lambda: device.link is not None, BOOT_WAIT):
             return
         if self.jobs.get(device.mac) is job:
             del self.jobs[device.mac]  # replaced by the restore (which must not cancel this task)

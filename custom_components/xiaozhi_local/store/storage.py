@@ -2,7 +2,7 @@
 
 Two stores per hub (config entry). ``xiaozhi_local.<entry_id>`` holds what each device reported
 (``values.DeviceCache``), saved on a delay so that many reports make one write.
-``xiaozhi_local.<entry_id>.identities`` is the token journal (identities.py): written at once,
+``xiaozhi_local.<entry_id>.identities`` is the token journal (admission/identities.py): written at once,
 0600. The subentries are the user-visible record of the paired devices; this module keeps them
 and the journal in step across stops at the worst moment.
 """
@@ -19,12 +19,12 @@ from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.json import json_bytes
 from homeassistant.helpers.storage import Store
 
-from .admission import default_title
-from .const import DOMAIN, SUBENTRY_DEVICE
-from .device import XiaozhiDevice
-from .identities import IdentityJournal, token_hash
-from .pairing import new_token
-from .readings import REPORT_SAVE_DELAY
+from ..admission.identities import IdentityJournal, token_hash
+from ..admission.pairing import new_token
+from ..admission.policy import default_title
+from ..const import DOMAIN, SUBENTRY_DEVICE
+from ..device import XiaozhiDevice
+from ..tools.readings import REPORT_SAVE_DELAY
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Letting devices in: why one is refused, and what a transport needs of the hub to accept one.
 
-Transports (``mqtt.py``, ``http.py`` and the views) get this narrow interface, not the hub: they
+Transports (``transport/mqtt.py``, ``transport/endpoint.py`` and the views) get this narrow interface, not the hub: they
 ask who a device is, run its connection, and name the addresses devices use. The hub implements it.
 """
 
@@ -8,8 +8,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from .device import XiaozhiDevice
-    from .link import DeviceLink
+    from ..device import XiaozhiDevice
+    from ..link import DeviceLink
 
 
 class Refused(StrEnum):
@@ -37,7 +37,7 @@ class DeviceGate(Protocol):
     def async_authenticate(self, mac: str, token: str) -> XiaozhiDevice | Refused:
         """The device whose MAC and token these are, or why not."""
 
-    async def async_run_connection(self, connection: DeviceLink) -> None:
+    async def async_run_connection(self, link: DeviceLink) -> None:
         """Run a device's connection to its end."""
 
     def device_host(self) -> str:

@@ -18,13 +18,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 import hashlib
 import logging
+import secrets
 from typing import Any, Final
 
+from homeassistant.const import CONF_CLIENT_ID
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.storage import Store
 
-from .const import DOMAIN
-from .pairing import Identity
+from ..const import CONF_SERIAL, DOMAIN
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -33,6 +34,32 @@ MAX_PREVIOUS: Final = 4
 """Earlier tokens remembered per MAC."""
 MAX_FORGOTTEN: Final = 256
 """Deleted devices remembered (the oldest deletions are forgotten first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What a device proves itself with besides its MAC (sent by the device alone; see the module)."""
+
+    client_id: str | None = None
+    serial: str | None = None
+
+    def proves(self, recorded: Identity) -> bool:
+        """Whether this request's identity is the one recorded when the device paired.
+
+        Nothing recorded proves nothing: a device paired by MAC alone has to bind an identity
+        first (with a code, or by connecting once with its token). Constant-time comparisons.
+        """
+        if not recorded.client_id or not self.client_id:
+            return False
+        if not secrets.compare_digest(recorded.client_id.encode(), self.client_id.encode()):
+            return False
+        if recorded.serial:
+            return self.serial is not None and secrets.compare_digest(recorded.serial.encode(), self.serial.encode())
+        return True
+
+    def as_data(self) -> dict[str, str]:
+        """As kept in the device's subentry (only what is known)."""
+        return {key: value for key, value in ((CONF_CLIENT_ID, self.client_id), (CONF_SERIAL, self.serial)) if value}
 
 
 def token_hash(token: str) -> str:

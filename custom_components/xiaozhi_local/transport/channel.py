@@ -6,7 +6,7 @@ entities or the satellite. What it receives it hands to the link through the lin
 ``async_receive_text``, ``receive_binary`` (the session's binary frames come back as ``on_binary``),
 ``deliver_audio`` and, once, ``ended``.
 
-Two channels exist: ``websocket.py`` (one socket, audio in binary frames) and ``mqtt_channel.py``
+Two channels exist: ``transport/websocket.py`` (one socket, audio in binary frames) and ``transport/mqtt_channel.py``
 (MQTT packets, audio over the endpoint's UDP socket while a conversation is open). The MQTT
 channel also keeps that transport's conversation rules: a device hello opens a UDP channel, and
 ``goodbye`` ends the conversation without ending the connection.
@@ -16,9 +16,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Coroutine
 from typing import Any, ClassVar, Protocol
 
-from .protocol.logs import OnceLogger
-from .protocol.messages import ControlMessage
-from .protocol.session import DeviceSession, HelloReply
+from ..protocol.logs import OnceLogger
+from ..protocol.messages import ControlMessage
+from ..protocol.session import DeviceSession, HelloReply
 
 
 class _Named(Protocol):

@@ -4,7 +4,7 @@ A device that is not paired asks to join at its OTA check and gets a code to spe
 (``async_request_pairing``); the user types it into a discovered-device card (config_flow.py),
 which pairs it (``async_pair``). A paired device proves itself at its OTA check by its MAC and
 identity (``async_proven``) and at every connection by its token (``async_authenticate``), in
-constant time, with refusals counted for the repair and for HA's IP ban (auth.py says which count).
+constant time, with refusals counted for the repair and for HA's IP ban (admission/gate.py says which count).
 With the hub option "Accept new devices without a code" (trials, load testers), a new device is
 paired at first contact, at most so many an hour.
 """
@@ -21,8 +21,7 @@ from homeassistant.const import CONF_CLIENT_ID, CONF_MAC, CONF_TOKEN
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers import discovery_flow
 
-from .auth import Refused
-from .const import (
+from ..const import (
     CONF_ACCEPT_WITHOUT_CODE,
     CONF_NEW_PER_HOUR,
     CONF_OPEN,
@@ -30,14 +29,15 @@ from .const import (
     DOMAIN,
     SUBENTRY_DEVICE,
 )
-from .device import XiaozhiDevice
-from .identities import IdentityJournal
-from .limits import SlidingWindow
-from .pairing import DeviceReport, Identity, PairingManager, PendingDevice, new_token
-from .protocol.logs import OnceLogger
-from .protocol.messages import normalize_mac
-from .repairs import async_token_accepted, async_wrong_token
-from .reports import async_apply_report
+from ..device import XiaozhiDevice
+from ..limits import SlidingWindow
+from ..protocol.logs import OnceLogger
+from ..protocol.messages import normalize_mac
+from ..repairs import async_token_accepted, async_wrong_token
+from .gate import Refused
+from .identities import Identity, IdentityJournal
+from .pairing import PairingManager, PendingDevice, new_token
+from .reports import DeviceReport, async_apply_report
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -252,7 +252,7 @@ class Admission:
             return refusal  # an identity still waiting for its code (a paired MAC's new one too)
         if not matches or not token:
             # While it is connected with its right token, a stranger guesses: not counted.
-            refused = device.count_refused_token() if device.connection is None else device.refused_tokens
+            refused = device.count_refused_token() if device.link is None else device.refused_tokens
             # The bookkeeping after the answer: refusing a paired MAC's wrong token costs what
             # refusing an unknown MAC does, so its timing tells nobody what is paired.
             self.hass.loop.call_soon(self._async_token_refused, device, refusal, refused)
@@ -266,7 +266,7 @@ class Admission:
         """Logged once per kind (diagnostics count them all), and the repair told."""
         why = {Refused.EARLIER: "a token it had before", Refused.NO_TOKEN: "no token"}.get(refusal, "a wrong token")
         device.log.report(f"token_{refusal}", f"refused a connection with {why}")
-        if device.connection is not None:
+        if device.link is not None:
             # The device is connected with its right token: whoever presents a wrong one is not the
             # device, and the repair's advice (a new token) would cut the real one off.
             return

@@ -22,15 +22,15 @@ from homeassistant.components.assist_satellite import AssistSatelliteAnnouncemen
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 
-from .errors import translated_error
-from .idle_media import Announcement, AnnouncementStore, PcmSource
-from .link import DeviceLink
+from ..errors import translated_error
+from ..link import DeviceLink
+from ..protocol import voice
+from ..protocol.pacing import Pacer
+from ..protocol.pcm import AudioError
+from ..protocol.sentences import split_sentences
+from ..protocol.voice import speech_seconds
+from .announcements import Announcement, AnnouncementStore, PcmSource
 from .media import MediaUnreadable, audio_executor, downlink_encoder, ffmpeg_pcm, full_url, tts_pcm
-from .protocol import voice
-from .protocol.pacing import Pacer
-from .protocol.pcm import AudioError
-from .protocol.sentences import split_sentences
-from .protocol.voice import speech_seconds
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class SpeakerLink(Protocol):
 
 
 async def async_speak(
-    hass: HomeAssistant, connection: SpeakerLink, source: AsyncIterator[bytes] | None, text: TextSource
+    hass: HomeAssistant, link: SpeakerLink, source: AsyncIterator[bytes] | None, text: TextSource
 ) -> None:
     """``tts start``, paced Opus, the text's sentences as they are heard, then always ``tts stop``.
 
@@ -82,18 +82,18 @@ async def async_speak(
     once the device has played it all, or when the link or the source broke (logged).
     """
     loop = asyncio.get_running_loop()
-    await connection.async_send_json(voice.tts_start())
+    await link.async_send_json(voice.tts_start())
     shown = 0
     try:
         if source is None:
-            await _show_sentences(connection, text, shown, math.inf)
+            await _show_sentences(link, text, shown, math.inf)
             return
 
         async def send(packet: bytes, offset_ms: int) -> bool:
             nonlocal shown
-            shown = await _show_sentences(connection, text, shown, offset_ms / 1000)
-            connection.touch()
-            return await connection.async_send_audio(packet, offset_ms)
+            shown = await _show_sentences(link, text, shown, offset_ms / 1000)
+            link.touch()
+            return await link.async_send_audio(packet, offset_ms)
 
         with downlink_encoder(hass) as encoder:
             pacer = Pacer(
@@ -101,25 +101,25 @@ async def async_speak(
             )
             async for pcm in source:
                 await pacer.feed(pcm)
-            shown = await _show_sentences(connection, text, shown, math.inf)
+            shown = await _show_sentences(link, text, shown, math.inf)
             await pacer.finish()  # returns once the device has played it all
     except ConnectionError as err:  # the device went away (or a pairing session was replaced): normal
-        _LOGGER.debug("Device %s: speech stopped: %s", connection.device.mac, err)
+        _LOGGER.debug("Device %s: speech stopped: %s", link.device.mac, err)
     except (AudioError, MediaUnreadable, HomeAssistantError) as err:
-        _LOGGER.warning("Device %s: speech stopped: %s", connection.device.mac, err)
+        _LOGGER.warning("Device %s: speech stopped: %s", link.device.mac, err)
     finally:
         if isinstance(source, AsyncGenerator):
             await source.aclose()  # now, in this task: its ffmpeg ends with it (not at a later GC)
-        await connection.async_send_json(voice.tts_stop())
-        connection.touch()
+        await link.async_send_json(voice.tts_stop())
+        link.touch()
 
 
-async def _show_sentences(connection: SpeakerLink, text: TextSource, shown: int, heard: float) -> int:
+async def _show_sentences(link: SpeakerLink, text: TextSource, shown: int, heard: float) -> int:
     """``tts sentence_start`` for each sentence whose (estimated) time has come."""
     sentences = split_sentences(text() or "")
     offset = sum(speech_seconds(s) for s in sentences[:shown])
     while shown < len(sentences) and offset <= heard:
-        await connection.async_send_json(voice.tts_sentence(sentences[shown]))
+        await link.async_send_json(voice.tts_sentence(sentences[shown]))
         offset += speech_seconds(sentences[shown])
         shown += 1
     return shown
@@ -149,22 +149,22 @@ def announcement_sources(hass: HomeAssistant, announcement: AssistSatelliteAnnou
 
 
 async def async_notify(
-    announcements: AnnouncementStore, connection: DeviceLink, sources: list[PcmSource], text: str
+    announcements: AnnouncementStore, link: DeviceLink, sources: list[PcmSource], text: str
 ) -> Announcement | None:
     """``notify`` (firmware 2.5): the device told, and fetching it; its ``played`` is set at the end.
 
     None when the device did not fetch it in time (busy: it ignores ``notify`` then, or it cannot
     reach the URL) or could not be told.
     """
-    url, waiting = announcements.add(sources, connection.device.address)
+    url, waiting = announcements.add(sources, link.device.address)
     subtitles = [{"start_ms": 0, "text": text}] if text else []
-    if not await connection.async_send_json(voice.notify(url, subtitles)):
+    if not await link.async_send_json(voice.notify(url, subtitles)):
         return None
     try:
         async with asyncio.timeout(NOTIFY_FETCH_TIMEOUT):
             await waiting.fetched.wait()
     except TimeoutError:
-        _LOGGER.debug("Device %s did not fetch its announcement", connection.device.mac)
+        _LOGGER.debug("Device %s did not fetch its announcement", link.device.mac)
         return None
     return waiting
 
@@ -234,25 +234,25 @@ async def async_open_media(hass: HomeAssistant, url: str) -> OpenedMedia:
 
 
 async def async_speak_idle(
-    announcements: AnnouncementStore, connection: DeviceLink, sources: list[PcmSource], text: str
+    announcements: AnnouncementStore, link: DeviceLink, sources: list[PcmSource], text: str
 ) -> None:
     """An announcement for a device without a channel: ``notify`` where it plays it, else an ``alert``.
 
     ``text`` is shown with the sound, or in the alert. Media without text that cannot be played
     fails with the reason (an alert would have nothing to show but an address).
     """
-    if connection.device.plays_notify and (waiting := await async_notify(announcements, connection, sources, text)):
+    if link.device.plays_notify and (waiting := await async_notify(announcements, link, sources, text)):
         await async_until_played(waiting)
         return
     if not text:  # media only, not fetched: nothing to show instead (never its URL)
-        raise translated_error("media_not_fetched", device=connection.device.name)
+        raise translated_error("media_not_fetched", device=link.device.name)
     status = "通知" if announcements.hass.config.language.lower().startswith("zh") else "Announcement"
-    sent = await connection.async_send_json(voice.alert(text, status=status, emotion=voice.EMOTION_ANSWER))
+    sent = await link.async_send_json(voice.alert(text, status=status, emotion=voice.EMOTION_ANSWER))
     _LOGGER.info(
         "Device %s is idle: the announcement %s as an alert (its text and a sound, not spoken: %s)",
-        connection.device.mac,
+        link.device.mac,
         "was sent" if sent else "could not be sent",
         "its firmware plays speech while idle from 2.5 on"
-        if not connection.device.plays_notify
+        if not link.device.plays_notify
         else "it did not fetch the speech",
     )

@@ -10,15 +10,15 @@ from homeassistant.components.http.ban import process_wrong_login
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView, request_handler_factory
 
-from .auth import Refused
-from .const import MAX_CONNECTION_MESSAGE, WS_PATH
-from .device import XiaozhiDevice
-from .hub import async_get_hub
-from .link import ClientInfo, DeviceLink
-from .pairing_session import async_run_pairing_session
-from .protocol.logs import OnceLogger
-from .protocol.messages import PROTOCOL_VERSIONS, normalize_mac
-from .urls import vision_url
+from ..admission.gate import Refused
+from ..admission.pairing_session import async_run_pairing_session
+from ..admission.urls import vision_url
+from ..const import MAX_CONNECTION_MESSAGE, WS_PATH
+from ..device import XiaozhiDevice
+from ..hub import async_get_hub
+from ..link import ClientInfo, DeviceLink
+from ..protocol.logs import OnceLogger
+from ..protocol.messages import PROTOCOL_VERSIONS, normalize_mac
 from .websocket import CLOSE_TIMEOUT, WebSocketChannel
 
 _LOGGER = logging.getLogger(__name__)
@@ -96,8 +96,8 @@ class XiaozhiWebSocketView(HomeAssistantView):
         )
         await ws.prepare(request)
         channel = WebSocketChannel(ws, client.protocol_version, transport=request.transport)
-        connection = DeviceLink(hass, device, client, channel, vision_url(hub.websocket_url()))
-        await hub.async_run_connection(connection)
+        link = DeviceLink(hass, device, client, channel, vision_url(hub.websocket_url()))
+        await hub.async_run_connection(link)
         return ws
 
 

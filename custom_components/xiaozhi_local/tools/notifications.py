@@ -11,9 +11,9 @@ from typing import Any
 from homeassistant.core import CALLBACK_TYPE, callback
 from homeassistant.helpers.json import json_bytes
 
-from .const import MAX_NOTIFICATION_PARAMS, NOTIFICATION_BURST, NOTIFICATION_RATE
-from .limits import MessageGate
-from .protocol.logs import OnceLogger
+from ..const import MAX_NOTIFICATION_PARAMS, NOTIFICATION_BURST, NOTIFICATION_RATE
+from ..limits import MessageGate
+from ..protocol.logs import OnceLogger
 
 type NotificationListener = Callable[[str, Any], None]
 

@@ -3,7 +3,7 @@
 ``POST /api/xiaozhi_local/ota/`` (the "Custom OTA URL" typed into the device's Wi-Fi portal)
 and ``POST …/ota/activate``. See docs/protocol.md §1: the answer always carries ``url``,
 ``token`` and ``version`` (the device keeps stale keys otherwise); a paired device also gets
-``mqtt`` while the always-connected transport listens (mqtt.py).
+``mqtt`` while the always-connected transport listens (transport/mqtt.py).
 
 A token is handed only to a request that proves it comes from the paired device: its MAC
 (which anyone can see) *and* the identity recorded when it paired (``Client-Id``, and the
@@ -19,12 +19,12 @@ from homeassistant.core import HomeAssistant
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 from homeassistant.util import dt as dt_util
 
-from . import transport
-from .const import MAX_OTA_BODY, OTA_PATH, TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
-from .hub import XiaozhiHub, async_get_hub
-from .pairing import DeviceReport, activation_message
-from .protocol.messages import loads, normalize_mac
-from .reports import async_apply_report
+from ..const import MAX_OTA_BODY, OTA_PATH, TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
+from ..hub import XiaozhiHub, async_get_hub
+from ..protocol.messages import loads, normalize_mac
+from ..transport import choice as transport
+from .pairing import activation_message
+from .reports import DeviceReport, async_apply_report
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -108,12 +108,12 @@ class XiaozhiOtaView(HomeAssistantView):
                     hass, hub.firmware.catalog.async_check(device), f"xiaozhi_local firmware check {mac}"
                 )
             hub.firmware.async_reported(device, report.firmware)
-            await hub.identities.async_flush()  # the token is on disk before it leaves (identities.py)
+            await hub.identities.async_flush()  # the token is on disk before it leaves (admission/identities.py)
             answer: dict[str, Any] = {
                 "server_time": server_time(hass),
                 "websocket": {"url": hub.websocket_url(), "token": device.token, "version": 1},
             }
-            # With ``mqtt`` the device connects at boot and stays online (mqtt.py); it is left out
+            # With ``mqtt`` the device connects at boot and stays online (transport/mqtt.py); it is left out
             # to send the device back to WebSocket (NVS keeps it, but only ``mqtt`` in the answer counts).
             if (mqtt := transport.mqtt_answer(hub, device)) is not None:
                 answer["mqtt"] = mqtt
@@ -129,8 +129,8 @@ class XiaozhiOtaView(HomeAssistantView):
             {
                 "server_time": server_time(hass),
                 # Every answer has the URL, and the token the device will have once its code is typed
-                # (pairing.py): py-xiaozhi and xiaozhi-sdk do not ask again after pairing. Before
-                # that it opens only a session that says the code (pairing_session.py).
+                # (admission/pairing.py): py-xiaozhi and xiaozhi-sdk do not ask again after pairing. Before
+                # that it opens only a session that says the code (admission/pairing_session.py).
                 "websocket": {"url": hub.websocket_url(), "token": pending.token, "version": 1},
                 "activation": {
                     "code": pending.code,

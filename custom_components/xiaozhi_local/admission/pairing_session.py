@@ -24,12 +24,12 @@ from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.util.hass_dict import HassKey
 
-from .const import DOMAIN
-from .media import tts_pcm
+from ..const import DOMAIN
+from ..protocol.framing import pack_frame
+from ..protocol.messages import dumps, server_hello
+from ..sound.media import tts_pcm
+from ..sound.speaker import async_speak
 from .pairing import PendingDevice, activation_message
-from .protocol.framing import pack_frame
-from .protocol.messages import dumps, server_hello
-from .speaker import async_speak
 
 _LOGGER = logging.getLogger(__name__)
 

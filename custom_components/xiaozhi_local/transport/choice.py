@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from homeassistant.config_entries import ConfigEntry
 from homeassistant.core import HomeAssistant, callback
 
-from .const import CONF_MQTT, CONF_TRANSPORT, TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
-from .device import XiaozhiDevice
-from .restarts import Reason
+from ..const import CONF_MQTT, CONF_TRANSPORT, TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
+from ..device import XiaozhiDevice
+from ..restarts import Reason
 
 if TYPE_CHECKING:
     from .mqtt import MqttEndpoint
@@ -87,7 +87,7 @@ def _follows(device: XiaozhiDevice, current: str) -> bool:
 def state(hub: Hub, device: XiaozhiDevice) -> TransportState:
     """What the device page shows: the real transport, or the change that waits."""
     want = wanted(hub, device)
-    link = device.connection
+    link = device.link
     current = link.transport_name if link is not None else device.told_transport
     if current is None or device.picks_transport or (link is not None and not _follows(device, current)):
         # Never told, or a client that picks its own transport (connected or not): no change waits for it.
@@ -104,7 +104,7 @@ def async_follow(hass: HomeAssistant, hub: Hub, device: XiaozhiDevice) -> None:
     Called whenever the device changes (connected, conversation over, choice changed). Over
     WebSocket it only marks the device: the end of the conversation restarts it (``link.py``).
     """
-    link = device.connection
+    link = device.link
     device.restarts.settle(Reason.TRANSPORT)
     if link is None or device.restarts.transport_sent or hub.stopping:
         return

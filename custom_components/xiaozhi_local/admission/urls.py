@@ -3,7 +3,7 @@
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.network import NoURLAvailableError, get_url
 
-from .const import FIRMWARE_PATH, NOTIFY_PATH, OTA_PATH, VISION_PATH, WAKE_WORD_PATH, WS_PATH
+from ..const import FIRMWARE_PATH, NOTIFY_PATH, OTA_PATH, VISION_PATH, WAKE_WORD_PATH, WS_PATH
 
 FALLBACK_BASE = "http://homeassistant.local:8123"
 

@@ -18,11 +18,11 @@ from homeassistant.core import Event, HomeAssistant
 from homeassistant.helpers.network import NoURLAvailableError, get_url
 from homeassistant.util.hass_dict import HassKey
 
-from .const import DOMAIN
-from .protocol.messages import DOWNLINK_SAMPLE_RATE
-from .protocol.opus import EncoderPool, OpusEncoder
-from .protocol.pcm import Resampler
-from .protocol.wav import WavStream
+from ..const import DOMAIN
+from ..protocol.messages import DOWNLINK_SAMPLE_RATE
+from ..protocol.opus import EncoderPool, OpusEncoder
+from ..protocol.pcm import Resampler
+from ..protocol.wav import WavStream
 
 OFF_LOOP_BYTES: Final = 8192
 """Pieces from this size on are resampled on the executor (about 0.2 s of audio), smaller ones inline."""

@@ -11,7 +11,7 @@ restarts. A value of the wrong type or a missing key reads as unknown, never as 
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from .protocol.mcp import safe_name
+from ..protocol.mcp import safe_name
 
 STATUS: Final = "self.get_device_status"
 LAMP_STATE: Final = "self.lamp.get_state"

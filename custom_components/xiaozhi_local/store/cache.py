@@ -7,10 +7,10 @@ Everything here is read back from disk, so it is parsed defensively: a value of 
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from .protocol.firmware import BoardFacts
-from .protocol.mcp import McpTool, parse_tool
-from .protocol.messages import loads
-from .tool_map import canonical_tools
+from ..protocol.firmware import BoardFacts
+from ..protocol.mcp import McpTool, parse_tool
+from ..protocol.messages import loads
+from ..tools.table import canonical_tools
 
 
 @dataclass(frozen=True, slots=True)

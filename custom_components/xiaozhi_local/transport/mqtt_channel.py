@@ -1,6 +1,6 @@
 """One device on the MQTT transport: its packets, its keepalive and its UDP audio channel.
 
-The endpoint (``mqtt.py``) accepts the TCP connection and the CONNECT; from then on this channel
+The endpoint (``transport/mqtt.py``) accepts the TCP connection and the CONNECT; from then on this channel
 carries the device's link: JSON messages are PUBLISHes both ways, and while a conversation is open (the
 device's hello opens it, ``goodbye`` ends it) its audio goes over the endpoint's UDP socket,
 proved and routed by ``protocol/udp.py``'s ``AudioPeer``. See docs/protocol.md §3.
@@ -17,12 +17,12 @@ from typing import Any, Final
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers.event import async_call_later
 
+from ..protocol import mqtt as codec
+from ..protocol.messages import ClientHello, ControlMessage, server_hello
+from ..protocol.session import HelloReply
+from ..protocol.udp import AudioChannel, AudioPeer, UdpError, ssrc_of
+from ..repairs import async_udp_arrived, async_udp_blocked
 from .channel import Channel
-from .protocol import mqtt as codec
-from .protocol.messages import ClientHello, ControlMessage, server_hello
-from .protocol.session import HelloReply
-from .protocol.udp import AudioChannel, AudioPeer, UdpError, ssrc_of
-from .repairs import async_udp_arrived, async_udp_blocked
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ MAX_WRITE_BUFFER: Final = 256 * 1024
 
 
 class UdpRoutes:
-    """The endpoint's UDP side as its channels use it (the endpoint, ``mqtt.py``, owns it).
+    """The endpoint's UDP side as its channels use it (the endpoint, ``transport/mqtt.py``, owns it).
 
     The session tags that route uplink datagrams to their channel (each channel opens and closes
     its own), the socket downlink audio leaves by, the address and port a server hello names,

@@ -21,11 +21,11 @@ from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 from homeassistant.util.hass_dict import HassKey
 
-from .const import DOMAIN, NOTIFY_PATH
+from ..const import DOMAIN, NOTIFY_PATH
+from ..protocol.messages import DOWNLINK_SAMPLE_RATE
+from ..protocol.ogg import OggOpusWriter
+from ..protocol.pcm import AudioError
 from .media import audio_executor, downlink_encoder
-from .protocol.messages import DOWNLINK_SAMPLE_RATE
-from .protocol.ogg import OggOpusWriter
-from .protocol.pcm import AudioError
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""A link's tools: MCP discovery, then the connect-time round (``readings.py``).
+"""A link's tools: MCP discovery, then the connect-time round (``tools/readings.py``).
 
 At a hello that announces MCP: ``initialize`` (with the camera's upload URL and token), then
 ``tools/list`` (every page, with the user's tools), then settings made while the device was away
@@ -12,12 +12,12 @@ from collections.abc import Coroutine
 import logging
 from typing import Any, Protocol
 
-from .const import DISCOVERY_TIMEOUT
-from .limits import ExpiringToken
-from .protocol.logs import OnceLogger
-from .protocol.mcp import McpConnectionError, McpError, McpRemoteError, McpTool, ServerInfo
-from .protocol.mcp_client import McpClient
-from .protocol.register import Registration
+from ..const import DISCOVERY_TIMEOUT
+from ..limits import ExpiringToken
+from ..protocol.logs import OnceLogger
+from ..protocol.mcp import McpConnectionError, McpError, McpRemoteError, McpTool, ServerInfo
+from ..protocol.mcp_client import McpClient
+from ..protocol.register import Registration
 from .readings import DeviceValues
 
 _LOGGER = logging.getLogger(__name__)

@@ -7,12 +7,12 @@ import logging
 from aiohttp import WSMsgType, web
 from homeassistant.core import callback
 
+from ..const import FLOOD_LIMIT, FRAME_BURST, FRAME_RATE
+from ..limits import TokenBucket
+from ..protocol import session as proto_session
+from ..protocol.framing import pack_frame, unpack_frame
+from ..protocol.messages import FrameError
 from .channel import Channel
-from .const import FLOOD_LIMIT, FRAME_BURST, FRAME_RATE
-from .limits import TokenBucket
-from .protocol import session as proto_session
-from .protocol.framing import pack_frame, unpack_frame
-from .protocol.messages import FrameError
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -18,13 +18,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 import secrets
 import time
-from typing import Any, Final
+from typing import Final
 
-from homeassistant.const import CONF_CLIENT_ID
-
-from .const import CONF_SERIAL
-from .protocol.assets import assets_partition_size
-from .protocol.partitions import update_slot_size
+from .identities import Identity
+from .reports import DeviceReport
 
 MAX_PENDING: Final = 64
 MAX_PER_SOURCE: Final = 8
@@ -52,91 +49,6 @@ def activation_message(code: str, language: str | None) -> str:
     """The short text the device shows with the code, in its language (``Accept-Language``)."""
     lang = (language or "").strip().lower()
     return _MESSAGES["zh" if lang.startswith("zh") else "en"].format(code=code)
-
-
-def _text(value: Any, limit: int = 64) -> str | None:
-    return value.strip()[:limit] or None if isinstance(value, str) else None
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    """What a device proves itself with besides its MAC (sent by the device alone; see the module)."""
-
-    client_id: str | None = None
-    serial: str | None = None
-
-    def proves(self, recorded: Identity) -> bool:
-        """Whether this request's identity is the one recorded when the device paired.
-
-        Nothing recorded proves nothing: a device paired by MAC alone has to bind an identity
-        first (with a code, or by connecting once with its token). Constant-time comparisons.
-        """
-        if not recorded.client_id or not self.client_id:
-            return False
-        if not secrets.compare_digest(recorded.client_id.encode(), self.client_id.encode()):
-            return False
-        if recorded.serial:
-            return self.serial is not None and secrets.compare_digest(recorded.serial.encode(), self.serial.encode())
-        return True
-
-    def as_data(self) -> dict[str, str]:
-        """As kept in the device's subentry (only what is known)."""
-        return {key: value for key, value in ((CONF_CLIENT_ID, self.client_id), (CONF_SERIAL, self.serial)) if value}
-
-
-@dataclass(slots=True)
-class DeviceReport:
-    """What a device says about itself in its OTA request (every field optional)."""
-
-    board: str | None = None
-    firmware: str | None = None
-    chip: str | None = None
-    client_id: str | None = None
-    language: str | None = None
-    serial: str | None = None
-    board_name: str | None = None
-    """``board.name``: the build's name, which the firmware project's release files carry."""
-    manufacturer: str | None = None
-    project: str | None = None
-    """``application.name``: the project the running image was built from (``xiaozhi``)."""
-    app_slot: int | None = None
-    """Bytes of the app partition its next update goes to (from ``partition_table`` and ``ota``)."""
-    assets_size: int | None = None
-    """Bytes of its ``assets`` partition (from ``partition_table``)."""
-    follows_answer: bool = False
-    """Stock firmware: it posts its ``partition_table`` and running ``ota`` label, and takes its
-    transport from the answer. Clients that post only ``application`` and ``board`` (py-xiaozhi)
-    pick their transport themselves (transport.py)."""
-
-    @property
-    def identity(self) -> Identity:
-        """The identity this request presents."""
-        return Identity(self.client_id, self.serial)
-
-    @classmethod
-    def from_request(cls, body: dict[str, Any], headers: Any) -> DeviceReport:
-        """Pick the known fields out of an OTA request, ignoring anything of the wrong type.
-
-        ``Client-Id`` is a header (the body's ``uuid`` holds the same value on stock firmware);
-        ``Serial-Number`` is sent by boards with a factory serial (``Activation-Version: 2``).
-        """
-        board: dict[str, Any] = body["board"] if isinstance(body.get("board"), dict) else {}
-        application: dict[str, Any] = body["application"] if isinstance(body.get("application"), dict) else {}
-        ota: dict[str, Any] = body["ota"] if isinstance(body.get("ota"), dict) else {}
-        return cls(
-            board=_text(board.get("type")) or _text(board.get("name")),
-            firmware=_text(application.get("version")),
-            chip=_text(body.get("chip_model_name")),
-            client_id=_text(headers.get("Client-Id")) or _text(body.get("uuid")),
-            language=_text(headers.get("Accept-Language")) or _text(body.get("language")),
-            serial=_text(headers.get("Serial-Number")),
-            board_name=_text(board.get("name")),
-            manufacturer=_text(board.get("manufacturer")),
-            project=_text(application.get("name")),
-            app_slot=update_slot_size(body.get("partition_table"), ota.get("label")),
-            assets_size=assets_partition_size(body.get("partition_table")),
-            follows_answer=isinstance(body.get("partition_table"), list) and isinstance(ota.get("label"), str),
-        )
 
 
 @dataclass(slots=True)

@@ -15,12 +15,12 @@ from typing import Any, Protocol
 
 from homeassistant.exceptions import HomeAssistantError
 
-from .const import DEFAULT_CALL_TIMEOUT
-from .errors import tool_error, translated_error
-from .protocol.logs import OnceLogger
-from .protocol.mcp import McpError, McpTool, ToolResult
-from .tool_map import QUERY_TOOLS
-from .values import PendingSetting, query_number
+from ..const import DEFAULT_CALL_TIMEOUT
+from ..errors import tool_error, translated_error
+from ..protocol.logs import OnceLogger
+from ..protocol.mcp import McpError, McpTool, ToolResult
+from ..store.cache import PendingSetting, query_number
+from .table import QUERY_TOOLS
 
 _LOGGER = logging.getLogger(__name__)
 

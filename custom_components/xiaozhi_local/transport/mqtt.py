@@ -3,7 +3,7 @@
 A stock device given ``mqtt`` at its OTA check connects here at boot and stays connected:
 its tools are callable, its settings applied and its status read while it is idle. It
 publishes every JSON message and never subscribes, so this endpoint is no broker: each
-authenticated client is one device link carried by an ``MqttChannel`` (``mqtt_channel.py``), and
+authenticated client is one device link carried by an ``MqttChannel`` (``transport/mqtt_channel.py``), and
 what is published to it is simply written to its socket. Audio flows over UDP, encrypted, only
 while a conversation is open (the device's hello opens one, ``goodbye`` closes it): this module
 owns the socket and routes each datagram to its channel by the session tag. See docs/protocol.md §3.
@@ -12,7 +12,7 @@ This module is the door: the listener, the CONNECT, the bounds on connections th
 (per source and in total) and the slowing of wrong guesses.
 
 Credentials are the device's own: user name its MAC, password its token (handed out only to
-the paired device, bound to its identity, see ota.py), so "Regenerate token" also ends an MQTT
+the paired device, bound to its identity, see admission/ota.py), so "Regenerate token" also ends an MQTT
 session. Anything else is refused, counted per address, and logged once.
 """
 
@@ -24,15 +24,15 @@ from typing import Any, Final
 
 from homeassistant.core import HomeAssistant, callback
 
-from .auth import DeviceGate, Refused
-from .const import MQTT_PUBLISH_TOPIC, mqtt_topic
-from .device import XiaozhiDevice
-from .limits import SlidingWindow, Strikes
-from .link import ClientInfo, DeviceLink
+from ..admission.gate import DeviceGate, Refused
+from ..const import MQTT_PUBLISH_TOPIC, mqtt_topic
+from ..device import XiaozhiDevice
+from ..limits import SlidingWindow, Strikes
+from ..link import ClientInfo, DeviceLink
+from ..protocol import mqtt as codec
+from ..protocol.logs import OnceLogger
+from ..protocol.messages import normalize_mac
 from .mqtt_channel import READ_SIZE, WRITE_TIMEOUT, MqttChannel, UdpRoutes
-from .protocol import mqtt as codec
-from .protocol.logs import OnceLogger
-from .protocol.messages import normalize_mac
 
 _LOGGER = logging.getLogger(__name__)
 

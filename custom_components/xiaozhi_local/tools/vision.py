@@ -18,12 +18,12 @@ from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 
-from .auth import Refused
-from .const import CONF_AI_TASK_ENTITY, DOMAIN, MAX_PHOTO, VISION_ANSWER_TIMEOUT, VISION_PATH
-from .device import XiaozhiDevice
-from .http import async_refuse, bearer_token
-from .hub import async_get_hub
-from .protocol.messages import normalize_mac
+from ..admission.gate import Refused
+from ..const import CONF_AI_TASK_ENTITY, DOMAIN, MAX_PHOTO, VISION_ANSWER_TIMEOUT, VISION_PATH
+from ..device import XiaozhiDevice
+from ..hub import async_get_hub
+from ..protocol.messages import normalize_mac
+from ..transport.endpoint import async_refuse, bearer_token
 
 _LOGGER = logging.getLogger(__name__)
 
