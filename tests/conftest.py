@@ -166,7 +166,7 @@ async def make_device(client: TestClient[Any, Any]) -> AsyncIterator[DeviceFacto
 async def wait_for(device: XiaozhiDevice, predicate: Callable[[XiaozhiDevice], bool], timeout: float = 5) -> None:
     """Wait until ``predicate(device)`` holds, woken by the device's own change notifications."""
     changed = asyncio.Event()
-    unsub = device.async_add_listener(changed.set)
+    unsub = device.async_add_listener(changed.set, activity=True)
     try:
         async with asyncio.timeout(timeout):
             while not predicate(device):
@@ -178,10 +178,10 @@ async def wait_for(device: XiaozhiDevice, predicate: Callable[[XiaozhiDevice], b
 
 async def wait_settled(device: XiaozhiDevice) -> None:
     """Until the connect-time round is over (settings applied, status read): no calls in flight."""
-    connection = await device.async_wait_ready(5)
+    link = await device.async_wait_ready(5)
     async with asyncio.timeout(5):
-        await connection.settled.wait()
-    assert mcp_of(connection).pending_count == 0
+        await link.settled.wait()
+    assert mcp_of(link).pending_count == 0
 
 
 async def mqtt_online(hub: XiaozhiHub, client: TestClient[Any, Any], **options: Any) -> SimulatedDevice:

@@ -6,12 +6,13 @@ the firmware's ``mqtt_protocol.cc``; it boots through the real OTA endpoint.
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp.test_utils import TestClient
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers import issue_registry as ir
+from homeassistant.const import EVENT_STATE_CHANGED, EVENT_STATE_REPORTED
+from homeassistant.core import Event, HomeAssistant, callback
+from homeassistant.helpers import entity_registry as er, issue_registry as ir
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
@@ -852,3 +853,41 @@ async def test_broadcast_with_one_device_off_reaches_the_others(
     assert response["data"]["failed"] == []
     alert = await kitchen.wait_message(lambda m: m.get("type") == "alert")
     assert "dinner is ready" in alert["message"].lower()
+
+
+async def test_conversations_do_not_rewrite_the_devices_entities(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+) -> None:
+    """An always-connected device opens and closes its audio channel at every conversation. Only
+    the entities that show what runs in one (the speaker, the satellite) follow that: the others
+    are not written again, not even as "reported" (each write reaches the recorder)."""
+    device = await make_mqtt()
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    registry = er.async_get(hass)
+    ours = {e.entity_id for e in er.async_entries_for_device(registry, xdev.device_id)}
+    speaker = next(e for e in ours if e.startswith("media_player."))
+    written: collections.Counter[str] = collections.Counter()
+
+    @callback
+    def mine(data: Mapping[str, Any]) -> bool:
+        return data["entity_id"] in ours
+
+    @callback
+    def count(event: Event[Any]) -> None:
+        written[event.data["entity_id"]] += 1
+
+    removes = [hass.bus.async_listen(kind, count, mine) for kind in (EVENT_STATE_REPORTED, EVENT_STATE_CHANGED)]
+    try:
+        for _ in range(3):
+            await device.connect()
+            await wait_for(xdev, lambda d: d.conversation is not None)
+            await device.mqtt.goodbye()
+            await wait_for(xdev, lambda d: d.conversation is None)
+        await hass.async_block_till_done()
+    finally:
+        for remove in removes:
+            remove()
+    assert written[speaker] >= 6  # the speaker follows each opening and closing: the count sees writes
+    rewritten = {entity: n for entity, n in written.items() if not entity.startswith(("media_player.", "assist_"))}
+    assert rewritten == {}

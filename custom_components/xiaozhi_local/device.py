@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from homeassistant.config_entries import ConfigSubentry
-from homeassistant.const import CONF_CLIENT_ID, CONF_MAC
+from homeassistant.const import CONF_MAC
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers.typing import UNDEFINED
@@ -22,7 +22,6 @@ from homeassistant.util import dt as dt_util
 from .admission.identities import Identity
 from .const import (
     CONF_OPEN,
-    CONF_SERIAL,
     DEFAULT_CALL_TIMEOUT,
     DOMAIN,
     MANUFACTURER,
@@ -54,10 +53,6 @@ REPORT_CHANGE_RATE = 1 / 600
 minutes. An upgrade changes it once; a device that changes it at every request is not a board."""
 
 
-def _identity_of(subentry: ConfigSubentry) -> Identity:
-    return Identity(subentry.data.get(CONF_CLIENT_ID), subentry.data.get(CONF_SERIAL))
-
-
 class XiaozhiDevice:
     """One paired device (a config subentry of the hub)."""
 
@@ -76,7 +71,7 @@ class XiaozhiDevice:
         self.subentry_id = subentry.subentry_id
         self.mac: str = subentry.data[CONF_MAC]
         self.token = token  # kept in the hub's identity journal, not in the subentry (admission/identities.py)
-        self.identity = _identity_of(subentry)
+        self.identity = Identity.from_data(subentry.data)
         self.open = bool(subentry.data.get(CONF_OPEN))  # paired without a token (load testers)
         self.name = subentry.title
         self.link: DeviceLink | None = None
@@ -93,7 +88,7 @@ class XiaozhiDevice:
         """What it notifies, bounded, and who listens (tools/notifications.py)."""
         self.report_changes = TokenBucket(REPORT_CHANGE_RATE, REPORT_CHANGE_BURST)
         """How often what it reports at its OTA check may change (admission/reports.py)."""
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners: list[tuple[Callable[[], None], bool]] = []  # with: also told of activity
         kept = DeviceCache.from_dict(cache)
         self.tool_lists = 0  # tools/list answers (or registrations) since start; 0: tools from the cache
         self.tools: dict[str, McpTool] = kept.tools
@@ -200,7 +195,7 @@ class XiaozhiDevice:
             self.token = token
             if self.link is not None:  # a replaced token ends the session it opened
                 self.async_create_task(self.link.async_close("token changed"), f"xiaozhi_local close {self.mac}")
-        identity, self.identity = self.identity, _identity_of(subentry)
+        identity, self.identity = self.identity, Identity.from_data(subentry.data)
         return identity != self.identity
 
     # -- listeners ----------------------------------------------------------------------------
@@ -218,15 +213,22 @@ class XiaozhiDevice:
         return entry.async_create_task(self.hass, target, name)
 
     @callback
-    def async_add_listener(self, listener: Callable[[], None]) -> CALLBACK_TYPE:
-        """Be told when the connection, tools, reported values or device info change."""
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
+    def async_add_listener(self, listener: Callable[[], None], *, activity: bool = False) -> CALLBACK_TYPE:
+        """Be told of what entities show (link, tools, values); ``activity``: of conversations too."""
+        entry = (listener, activity)
+        self._listeners.append(entry)
+        return lambda: self._listeners.remove(entry)
 
     @callback
     def async_changed(self) -> None:
         """Something its entities show changed: tell the listeners."""
-        for listener in list(self._listeners):
+        for listener, _ in list(self._listeners):
+            listener()
+
+    @callback
+    def async_activity_changed(self) -> None:
+        """A conversation opened or closed, or what runs in it changed (a turn, a reply, media)."""
+        for listener in [listener for listener, activity in self._listeners if activity]:
             listener()
 
     @callback
@@ -273,11 +275,6 @@ class XiaozhiDevice:
         self._persist(REPORT_SAVE_DELAY)
         self.async_changed()
 
-    @callback
-    def async_link_changed(self) -> None:
-        """The link's state changed (a conversation channel opened or closed): tell the listeners."""
-        self.async_changed()
-
     # -- connection ---------------------------------------------------------------------------
 
     @callback
@@ -295,7 +292,7 @@ class XiaozhiDevice:
     def async_open_conversation(self, link: DeviceLink) -> Conversation:
         """``link`` opened a conversation (a WebSocket hello, an MQTT hello): a new one, from nothing."""
         self.conversation = Conversation(link, self.hass.loop.time())
-        self.async_changed()
+        self.async_activity_changed()
         return self.conversation
 
     @callback
@@ -303,7 +300,7 @@ class XiaozhiDevice:
         """The conversation on ``link`` is over (goodbye, the socket closed); another link's stays."""
         if self.conversation is not None and self.conversation.link is link:
             self.conversation = None
-            self.async_changed()
+            self.async_activity_changed()
 
     def conversation_of(self, link: DeviceLink) -> Conversation | None:
         """The open conversation if ``link`` carries it."""

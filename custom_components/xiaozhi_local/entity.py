@@ -68,9 +68,13 @@ class XiaozhiEntity(Entity):
         self._attr_unique_id = f"{device.mac}-{key or description.key}"
         self._attr_device_info = DeviceInfo(identifiers={(DOMAIN, device.mac)})
 
+    shows_activity = False
+    """Whether the entity shows what runs in a conversation (the speaker): then it is also told
+    when a conversation opens or closes (``XiaozhiDevice.async_add_listener``)."""
+
     async def async_added_to_hass(self) -> None:
         """Follow the device."""
-        self.async_on_remove(self.device.async_add_listener(self.async_write_ha_state))
+        self.async_on_remove(self.device.async_add_listener(self.async_write_ha_state, activity=self.shows_activity))
 
     @property
     def available(self) -> bool:

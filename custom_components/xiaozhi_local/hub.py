@@ -136,7 +136,10 @@ class XiaozhiHub:
                 self.devices[mac] = device
                 self._by_device_id[device.device_id] = device
                 # Connected, a conversation over, a new OTA answer: it may have to change transport.
-                device.async_add_listener(lambda d=device: transport.async_follow(self.hass, self, d))  # type: ignore[misc]
+                device.async_add_listener(
+                    lambda d=device: transport.async_follow(self.hass, self, d),  # type: ignore[misc]
+                    activity=True,
+                )
                 for listener in list(self._device_listeners):
                     listener(device)
             self.identities.note(mac, device.token, device.identity, device.name)

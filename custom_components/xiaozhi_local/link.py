@@ -183,14 +183,14 @@ class DeviceLink:
     def conversation_closed(self, *, by_device: bool = False) -> None:
         """The transport closed its conversation (its audio channel); ``by_device``: its ``goodbye``."""
         self.device.async_end_conversation(self)
-        self.device.async_link_changed()
+        self.device.async_activity_changed()
         if by_device and (voice := self.device.voice) is not None:
             voice.on_disconnect(self)
 
     @callback
     def channel_changed(self) -> None:
         """Something of the channel the entities show changed (where its audio comes from)."""
-        self.device.async_link_changed()
+        self.device.async_activity_changed()
 
     def create_task(self, target: Coroutine[Any, Any, Any], what: str) -> None:
         """A task of the channel's (a close, a ping), tied to the device's config entry."""

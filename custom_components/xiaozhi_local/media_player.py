@@ -77,6 +77,8 @@ def _title(url: str, extra: Any) -> str:
 class XiaozhiSpeaker(XiaozhiEntity, MediaPlayerEntity):
     """The device's speaker."""
 
+    shows_activity = True  # what plays
+
     def __init__(self, device: XiaozhiDevice) -> None:
         super().__init__(device, SPEAKER)
         self._alone: tuple[str, asyncio.Task[None]] | None = None

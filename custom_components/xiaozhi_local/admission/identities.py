@@ -14,7 +14,7 @@ before "Regenerate token", or from before the user deleted it, is refused withou
 for someone guessing (no "Login attempt failed", no IP ban).
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 import hashlib
 import logging
@@ -56,6 +56,11 @@ class Identity:
         if recorded.serial:
             return self.serial is not None and secrets.compare_digest(recorded.serial.encode(), self.serial.encode())
         return True
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Identity:
+        """As kept in a device's subentry."""
+        return cls(data.get(CONF_CLIENT_ID), data.get(CONF_SERIAL))
 
     def as_data(self) -> dict[str, str]:
         """As kept in the device's subentry (only what is known)."""

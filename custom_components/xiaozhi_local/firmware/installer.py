@@ -150,7 +150,7 @@ class FirmwareUpdates:
         self._notify(device.mac)
         _LOGGER.info("Installing firmware %s on %s (%s)", offer.version, device.name, offer.source)
         # Connected, disconnected, idle after a conversation: a waiting install looks again.
-        unsubscribe = device.async_add_listener(job.changed.set)
+        unsubscribe = device.async_add_listener(job.changed.set, activity=True)
         try:
             await InstallRun(self.hass, self._entry, self.downloads, self._notify, job).async_run()
         finally:

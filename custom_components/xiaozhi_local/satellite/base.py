@@ -77,7 +77,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
         if previous is not None:
             previous.cancel()
             if previous.media is not None:
-                self.device.async_link_changed()  # the media stopped (a wake word, a question)
+                self.device.async_activity_changed()  # the media stopped (a wake word, a question)
         return previous
 
     @property
@@ -89,7 +89,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
     def _idle(self) -> None:
         """No exchange runs any more: whoever waits for that (a firmware install) is told."""
         self._run = None
-        self.device.async_link_changed()
+        self.device.async_activity_changed()
 
     @callback
     def _end_run(self, run: Run) -> None:
@@ -137,7 +137,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
             _title, task = self._idle_media
             self._idle_media = None
             task.cancel()
-            self.device.async_link_changed()
+            self.device.async_activity_changed()
 
     def _cancel_deferred_detect(self) -> str | None:
         if self._deferred_detect is None:
@@ -318,7 +318,7 @@ class SatelliteBase(XiaozhiEntity, AssistSatelliteEntity):  # pylint: disable=ho
         run.then_media = None
         self._replied(run)
         run.media = title
-        self.device.async_link_changed()  # the speaker plays
+        self.device.async_activity_changed()  # the speaker plays
         async with contextlib.aclosing(media):
             await run.link.async_send_json(voice.tts_sentence(title))
             async for pcm in media:

@@ -210,7 +210,7 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
             run.tts_task = self._config_entry().async_create_background_task(
                 self.hass, self._async_play_media(run, source), f"xiaozhi_local media {self.device.mac}"
             )
-            self.device.async_link_changed()
+            self.device.async_activity_changed()
             return
         waiting = await speaker.async_notify(
             self._config_entry().runtime_data.announcements, link, [lambda: source], title
@@ -222,7 +222,7 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
             self.hass, self._async_until_played(waiting), f"xiaozhi_local media {self.device.mac}"
         )
         self._idle_media = (title, task)
-        self.device.async_link_changed()
+        self.device.async_activity_changed()
 
     @staticmethod
     def _answering(run: Run) -> bool:
@@ -277,7 +277,7 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
         finally:
             if self._idle_media is not None and self._idle_media[1] is asyncio.current_task():
                 self._idle_media = None
-                self.device.async_link_changed()
+                self.device.async_activity_changed()
 
     async def async_announce_media(self, url: str) -> None:
         """A media player's announcement: the satellite's own (``assist_satellite.announce``)."""
@@ -294,4 +294,4 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
             _title, task = self._idle_media
             self._idle_media = None
             task.cancel()
-            self.device.async_link_changed()
+            self.device.async_activity_changed()

@@ -227,7 +227,7 @@ class WakeWords:
     async def _async_wait(self, job: WakeWordJob, done: Callable[[], bool], timeout: float | None) -> bool:
         """Until ``done()`` holds (checked at each change of the device); False on timeout."""
         changed = asyncio.Event()
-        remove = job.device.async_add_listener(changed.set)
+        remove = job.device.async_add_listener(changed.set, activity=True)
         try:
             async with asyncio.timeout(timeout):
                 while not done():
