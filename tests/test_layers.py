@@ -296,3 +296,29 @@ def test_busy_is_answered_by_the_device_only(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text("def f(device):\n    return device.voice.busy\n")
     assert busy_reads(sample) == ["sample.py:2"]
+
+
+def flavor_names_compared(source: str, names: set[str]) -> list[int]:
+    """Lines that compare something with a client family's name (``== "py-xiaozhi"``, ``in (…)``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            constants = {c.value for o in operands for c in ast.walk(o) if isinstance(c, ast.Constant)}
+            if constants & names:
+                found.append(node.lineno)
+    return found
+
+
+def test_client_families_are_data_in_the_simulator() -> None:
+    """The simulator reads a family's traits (``profiles.py``), never its name: no module compares
+    anything with a family's name (``flavor == "py-xiaozhi"``); a new client is a row of traits."""
+    from xiaozhi_sim.options import FLAVORS
+    from xiaozhi_sim.profiles import PROFILES
+
+    names: set[str] = set(FLAVORS)
+    simulator = Path(__file__).parents[1] / "xiaozhi_sim"
+    compared = {path.name: flavor_names_compared(path.read_text(), names) for path in simulator.glob("*.py")}
+    assert {name: lines for name, lines in compared.items() if lines} == {}
+    assert flavor_names_compared('if options.flavor in ("browser", "x"):\n    pass\n', names) == [1]  # it sees one
+    assert set(PROFILES) == names

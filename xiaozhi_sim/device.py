@@ -1,6 +1,7 @@
-"""The simulated device: a client that talks like stock firmware 2.4.2 (or its ``flavor``).
+"""The simulated device: a client that talks like stock firmware 2.4.2 (or its ``profile``).
 
-Another client family of the protocol notes when ``flavor`` says so (options.py).
+Another client family of the protocol notes when ``flavor`` says so: its traits are data
+(``profiles.py``), read where a family differs.
 
 It holds its parts: the transports (``websocket.py``, ``mqtt.py`` with ``udp.py``), its flash
 (``flash.py``), boot and upgrades (``boot.py``), speaker and microphone (``speaker.py``,
@@ -22,6 +23,7 @@ from .mcp_server import McpServer, is_v25
 from .mqtt import MqttLink
 from .options import FLAVORS, Flavor, SimulatorOptions
 from .ota import OtaClient, OtaTiming
+from .profiles import PROFILES
 from .tools import (
     DeviceState,
     add_common_tools,
@@ -57,6 +59,8 @@ class SimulatedDevice:
         if speaks_mqtt:
             options.protocol_version = 1  # audio packets travel bare inside the datagrams
         self.options = options
+        self.profile = PROFILES[options.flavor]
+        """Its client family's traits (``profiles.py``)."""
         self.speaks_mqtt = speaks_mqtt
         self.nvs = flash.load(options)  # settings kept across boots ("board", "websocket", "mqtt")
         if mqtt is not None:
@@ -77,9 +81,10 @@ class SimulatedDevice:
         self.assets = AssetsPartition(options.assets_partition, options.assets_pack)
         self.assets.cut_after = options.assets_cut_after
         """Its assets partition: the wake word it reports comes from there (``CheckAssetsVersion``)."""
-        self.mcp = McpServer(options.board, options.firmware_version, errors_as_results=options.flavor == "py-xiaozhi")
-        self.frame_ms = options.frame_ms or (20 if options.flavor == "py-xiaozhi" else 60)
-        if options.flavor == "py-xiaozhi":  # a desktop: its volume tools, no status object
+        profile = self.profile
+        self.mcp = McpServer(options.board, options.firmware_version, errors_as_results=profile.errors_as_results)
+        self.frame_ms = options.frame_ms or profile.frame_ms
+        if profile.desktop:  # its volume tools, no status object
             add_py_xiaozhi_volume_tools(self.mcp, self.state)
         else:
             add_common_tools(
@@ -87,7 +92,7 @@ class SimulatedDevice:
                 self.state,
                 self.system_info,
                 camera=options.camera,
-                identify_uploads=options.flavor != "xiaozhi-sdk",
+                identify_uploads=profile.identifies_uploads,
             )
         if options.lamp:
             add_lamp_tools(self.mcp, self.state)
@@ -97,7 +102,7 @@ class SimulatedDevice:
             add_ir_tools(self.mcp, self.state)
         add_extra_tools(self.mcp, options.extra_tools)
         add_user_only_tools(self.mcp, self.system_info, self.schedule_reboot, self.upgrade, self._set_assets_url)
-        if options.flavor == "xiaozhi-sdk":
+        if profile.tools_without_prefix:
             rename_for_sdk(self.mcp)
         self.session_id = ""
         self.server_hello: dict[str, Any] | None = None
@@ -167,7 +172,7 @@ class SimulatedDevice:
         return bool(self.nvs.get("mqtt", {}).get("endpoint"))
 
     def hello(self) -> dict[str, Any]:
-        """The client's hello on the transport in use (its flavor's own)."""
+        """The client's hello on the transport in use (its family's own, ``profiles.py``)."""
         return self.link.hello()
 
     async def boot(
@@ -195,7 +200,7 @@ class SimulatedDevice:
             self.use_websocket_settings()
             return answer
         self.link = self.mqtt
-        if self.options.flavor != "py-xiaozhi":  # py-xiaozhi connects when a conversation starts
+        if not self.profile.mqtt_per_conversation:  # else it connects when a conversation starts
             await self.mqtt.start()
         return answer
 

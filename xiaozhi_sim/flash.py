@@ -11,6 +11,7 @@ from typing import Any
 
 from .options import SimulatorOptions
 from .ota import OtaError
+from .profiles import PROFILES
 
 type Nvs = dict[str, dict[str, Any]]
 
@@ -50,6 +51,6 @@ def use_websocket_settings(options: SimulatorOptions, nvs: Nvs) -> None:
         raise OtaError("no WebSocket URL stored")
     options.url = websocket["url"]
     options.token = str(websocket.get("token", ""))
-    if options.flavor == "py-xiaozhi" and not options.token:
-        options.token = "test-token"  # its ``ws.get("token", "test-token") or "test-token"``
+    if not options.token and (default := PROFILES[options.flavor].default_token) is not None:
+        options.token = default
     options.protocol_version = int(websocket.get("version", 1))

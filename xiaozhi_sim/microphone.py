@@ -34,7 +34,7 @@ async def say(
     streams into a turn the device already started (after ``tts stop`` in auto mode).
     ``realtime`` sends one packet per frame duration, as a microphone does (else 2 ms apart).
     """
-    if device.options.flavor == "xiaozhi-concurrent":
+    if device.profile.speaks_like_load_tester:
         await _say_as_load_tester(device, pcm)
         return
     device.listening_mode = mode

@@ -15,7 +15,7 @@ What the stock firmware does when its OTA answer carries ``mqtt``:
 - ``goodbye`` closes the channel either way (the device's carries its session id);
 - after a disconnect it reconnects in 60 s, but only while idle.
 
-With ``flavor="py-xiaozhi"`` it is py-xiaozhi's MQTT mode (``src/protocols/mqtt_protocol.py``,
+With py-xiaozhi's profile (``profiles.py``) it is py-xiaozhi's MQTT mode (``src/protocols/mqtt_protocol.py``,
 ``mqtt_udp.py``, ``mqtt_crypto.py``) instead: it connects only when a conversation starts
 (``connect`` opens MQTT, subscribes, then says hello at once) and a ``goodbye`` either way ends the
 MQTT session too (``_handle_goodbye`` disconnects); it refuses an ``mqtt`` object missing its user
@@ -45,6 +45,7 @@ from .mqtt_wire import (
     mqtt_subscribe,
     read_packet,
 )
+from .profiles import mqtt_hello
 from .udp import UdpChannel
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class MqttLink:
         self.offline = asyncio.Event()
         self.offline.set()
         self._hello_received = asyncio.Event()
-        self.udp = UdpChannel(device.on_audio, keeps_nonce_timestamp=self.options.flavor == "py-xiaozhi")
+        self.udp = UdpChannel(device.on_audio, keeps_nonce_timestamp=device.profile.keeps_nonce_timestamp)
         """The conversation's audio channel (``udp.py``)."""
         self.subscribed = False  # the firmware never subscribes; py-xiaozhi does
         self.subacks = 0
@@ -105,8 +106,9 @@ class MqttLink:
         endpoint = str(settings.get("endpoint", ""))
         if not endpoint:
             raise RuntimeError("MQTT endpoint is not specified")
-        py_xiaozhi = self.options.flavor == "py-xiaozhi"
-        if py_xiaozhi and not all(settings.get(key) for key in ("username", "password", "publish_topic")):
+        if self.device.profile.mqtt_per_conversation and not all(
+            settings.get(key) for key in ("username", "password", "publish_topic")
+        ):
             raise RuntimeError("MQTT配置不完整")  # py-xiaozhi's words: the configuration is incomplete
         host, _, port_text = endpoint.partition(":")
         port = int(port_text) if port_text else 8883
@@ -137,7 +139,7 @@ class MqttLink:
             raise MqttRefused(body[1] if len(body) >= 2 else -1)
         self._reader_stream, self._writer = reader, writer
         topic = settings.get("subscribe_topic")
-        if py_xiaozhi and isinstance(topic, str) and topic and topic != "null":
+        if self.device.profile.mqtt_subscribes and isinstance(topic, str) and topic and topic != "null":
             writer.write(mqtt_subscribe(1, topic, 1))
             await writer.drain()
             self.subscribed = True
@@ -196,7 +198,7 @@ class MqttLink:
             self._parse_server_hello(msg)
         elif msg["type"] == "goodbye":
             session_id = msg.get("session_id")
-            if self.options.flavor == "py-xiaozhi":  # a missing session id counts; MQTT goes too
+            if self.device.profile.mqtt_per_conversation:  # a missing session id counts; MQTT goes too
                 if not session_id or session_id == self.device.session_id:
                     self._close_channel(send_goodbye=False)
                     await self._disconnect()
@@ -236,28 +238,7 @@ class MqttLink:
 
     def hello(self) -> dict[str, Any]:
         """``MqttProtocol::GetHelloMessage`` (py-xiaozhi: its own, 20 ms frames)."""
-        frame_ms = self.device.frame_ms
-        if self.options.flavor == "py-xiaozhi":
-            return {
-                "type": "hello",
-                "version": 3,
-                "features": {"mcp": True},
-                "transport": "udp",
-                "audio_params": {
-                    "format": "opus",
-                    "sample_rate": 16000,
-                    "channels": 1,
-                    "frame_duration": frame_ms,
-                },
-            }
-        return {
-            "type": "hello",
-            "version": 3,
-            "transport": "udp",
-            "features": {"mcp": True, "glyph_push": True},
-            "text_font": {"bundle": "noto-v1", "charset": "common", "size": 20, "bpp": 4},
-            "audio_params": {"format": "opus", "sample_rate": 16000, "channels": 1, "frame_duration": frame_ms},
-        }
+        return mqtt_hello(self.device.profile, self.device.frame_ms)
 
     @property
     def is_connected(self) -> bool:
@@ -283,7 +264,7 @@ class MqttLink:
         self._close_channel(send_goodbye=True)
         if self._writer is not None:
             await self._writer.drain()
-        if self.options.flavor == "py-xiaozhi":
+        if self.device.profile.mqtt_per_conversation:
             await self._disconnect()
 
     async def _disconnect(self) -> None:

@@ -123,7 +123,7 @@ class OtaClient:
                 self.on_code(spoken, message)
             if isinstance(activation.get("challenge"), str):
                 activated = await self._activate(session, activation["challenge"])
-                if activated and self.device.options.flavor in ("py-xiaozhi", "xiaozhi-sdk"):
+                if activated and self.device.profile.keeps_activation_answer:
                     # They do not ask OTA again after activating: they keep this answer's settings.
                     return answer
             else:
@@ -133,7 +133,7 @@ class OtaClient:
     async def _check(self, session: aiohttp.ClientSession) -> dict[str, Any]:
         self.log.checks += 1
         info = self.device.system_info
-        if self.device.options.flavor == "py-xiaozhi":  # a desktop: its application and board, no flash
+        if self.device.profile.desktop:  # its application and board, no flash
             info = {"application": info["application"], "board": info["board"]}
         body = json.dumps(info, separators=(",", ":"))
         try:

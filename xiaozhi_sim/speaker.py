@@ -26,7 +26,7 @@ _LOGGER = logging.getLogger(__name__)
 
 def on_audio(device: SimulatedDevice, data: bytes) -> None:
     """One downlink Opus packet, as the firmware's decode queue takes it."""
-    if device.device_state != "speaking" and device.options.flavor != "py-xiaozhi":
+    if device.device_state != "speaking" and not device.profile.plays_in_any_state:
         device.dropped_audio += 1  # "Binary audio is accepted only in the speaking state"
         return  # (py-xiaozhi plays whatever arrives, in any state)
     # The decode queue: 40 packets on 2.4, 20 on 2.5, played at real time; a full queue drops.
@@ -55,15 +55,15 @@ def _played(device: SimulatedDevice, now: float) -> int:
 async def on_tts(device: SimulatedDevice, msg: dict[str, Any]) -> None:
     """``tts`` start (speaking: the decode queue starts empty) and stop (listen again, or idle)."""
     state = msg.get("state")
-    py_xiaozhi = device.options.flavor == "py-xiaozhi"
+    keeps_listening = device.profile.listens_while_speaking
     if state == "start":
         # py-xiaozhi in realtime mode keeps listening while it plays the answer (its AEC).
-        device.device_state = "listening" if py_xiaozhi and device.listening_mode == "realtime" else "speaking"
+        device.device_state = "listening" if keeps_listening and device.listening_mode == "realtime" else "speaking"
         rate = ((device.server_hello or {}).get("audio_params") or {}).get("sample_rate", 24000)
         # the decoder queue is reset on entering speaking
         device.decoder = SpeakerDecoder(int(rate)) if device.options.decode_speaker else None
         device.playing_since, device.queued = None, 0
-    elif state == "stop" and (device.device_state == "speaking" or py_xiaozhi):
+    elif state == "stop" and (device.device_state == "speaking" or keeps_listening):
         if device.listening_mode == "manual":
             device.device_state = "idle"
         else:

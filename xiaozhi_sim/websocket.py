@@ -2,7 +2,7 @@
 
 A socket per conversation, audio in binary frames, the hello on the socket itself.
 
-The other clients of the protocol notes speak it too, each its own way (``flavor``): how they
+The other clients of the protocol notes speak it too, each its own way (``profiles.py``): how they
 authenticate (headers, or the query string a browser page must use) and what their hello says.
 """
 
@@ -16,6 +16,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from .errors import DeviceCrashed, HelloTimeout
+from .profiles import websocket_hello
 from .tools import dumps
 
 if TYPE_CHECKING:
@@ -39,11 +40,12 @@ class WebSocketLink:
     def headers(self) -> dict[str, str]:
         """The application headers of the firmware's WebSocket request (none for a browser)."""
         options = self.options
-        if options.flavor in ("browser", "xiaozhi-concurrent"):
+        auth = self.device.profile.auth
+        if auth in ("query", "device-id query"):
             return {}
         headers: dict[str, str] = {}
         token = options.token
-        if options.flavor == "py-xiaozhi":  # its own spelling: lower-case scheme, upper-case MAC
+        if auth == "lower-case headers":  # py-xiaozhi's spelling: lower-case scheme, upper-case MAC
             if token:
                 headers["authorization"] = f"bearer {token}"
             headers["protocol-version"] = str(options.protocol_version)
@@ -60,9 +62,10 @@ class WebSocketLink:
     def connect_url(self) -> str:
         """The URL to open; a browser page puts what the headers would carry in the query."""
         options = self.options
-        if options.flavor == "xiaozhi-concurrent":
+        auth = self.device.profile.auth
+        if auth == "device-id query":
             return f"{options.url}{'&' if '?' in options.url else '?'}{urlencode({'device-id': options.mac})}"
-        if options.flavor != "browser":
+        if auth != "query":
             return options.url
         query = {"device-id": options.mac, "client-id": options.client_id}
         if options.token:
@@ -70,40 +73,8 @@ class WebSocketLink:
         return f"{options.url}{'&' if '?' in options.url else '?'}{urlencode(query)}"
 
     def hello(self) -> dict[str, Any]:
-        """The client's hello: the firmware's (key order as it builds the string), or its flavor's."""
-        audio = {"format": "opus", "sample_rate": 16000, "channels": 1, "frame_duration": 60}
-        if self.options.flavor == "browser":
-            return {"type": "hello", "features": {"mcp": True}}
-        if self.options.flavor == "xiaozhi-concurrent":
-            return {
-                "type": "hello",
-                "audioParams": {"format": "opus", "sampleRate": 16000, "channels": 1, "frameDuration": 60},
-            }
-        if self.options.flavor == "xiaozhi-sdk":
-            return {
-                "type": "hello",
-                "version": 1,
-                "features": {"mcp": True, "consistent_sample_rate": False},
-                "transport": "websocket",
-                "audio_params": audio,
-            }
-        if self.options.flavor == "py-xiaozhi":
-            return {
-                "type": "hello",
-                "version": self.options.protocol_version,
-                "features": {"mcp": True},
-                "transport": "websocket",
-                "audio_params": {**audio, "frame_duration": 20},
-                "client": "py-xiaozhi",  # an extra field the server does not know
-            }
-        return {
-            "type": "hello",
-            "version": self.options.protocol_version,
-            "features": {"mcp": True, "glyph_push": True},
-            "text_font": {"bundle": "noto-v1", "charset": "common", "size": 20, "bpp": 4},
-            "transport": "websocket",
-            "audio_params": audio,
-        }
+        """The client's hello: the firmware's, or its family's (``profiles.py``)."""
+        return websocket_hello(self.device.profile, self.options)
 
     async def open(self) -> None:
         """Open the socket without saying hello (tests of what happens before a hello)."""
@@ -151,7 +122,7 @@ class WebSocketLink:
         if msg["transport"] != "websocket":
             _LOGGER.warning("Unsupported transport: %s", msg["transport"])
             return False
-        if isinstance(msg.get("session_id"), str) and self.options.flavor != "py-xiaozhi":
+        if isinstance(msg.get("session_id"), str) and self.device.profile.follows_session_id:
             self.device.session_id = msg["session_id"]  # py-xiaozhi keeps sending an empty one
         self.device.server_hello = msg
         return True
