@@ -1,4 +1,4 @@
-"""Entities from device tools: snapshots of whole devices, and how they behave."""
+"""Entities from device tools: how they behave (what they are: test_platforms.py's snapshots)."""
 
 import asyncio
 from typing import Any
@@ -10,7 +10,6 @@ from homeassistant.helpers import entity_registry as er
 from homeassistant.util import dt as dt_util
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
-from syrupy.assertion import SnapshotAssertion
 
 from custom_components.xiaozhi_local.const import DOMAIN, EVENT_NOTIFICATION, PING_INTERVAL
 from xiaozhi_sim import SimulatedDevice, ToolError
@@ -41,55 +40,11 @@ def state_of(hass: HomeAssistant, unique_suffix: str) -> str:
     return state.state
 
 
-def masked(attributes: dict[str, Any]) -> dict[str, Any]:
-    """Random per-run values (an image entity's access token) replaced by a marker."""
-    for key in ("access_token", "entity_picture"):
-        if key in attributes:
-            attributes[key] = "<random>"
-    return attributes
-
-
-def summary(hass: HomeAssistant, mac: str = MAC) -> list[dict[str, Any]]:
-    """The whole entity set of a device: registry facts and state."""
-    out = []
-    for entry in device_entities(hass, mac):
-        state = hass.states.get(entry.entity_id)
-        out.append(
-            {
-                "entity_id": entry.entity_id,
-                "unique_id": entry.unique_id,
-                "translation_key": entry.translation_key,
-                "original_device_class": entry.original_device_class,
-                "entity_category": entry.entity_category,
-                "disabled_by": entry.disabled_by,
-                "unit": entry.unit_of_measurement,
-                "state": state.state if state else None,
-                "attributes": masked(dict(state.attributes)) if state else None,
-            }
-        )
-    return out
-
-
 async def connected(hass: HomeAssistant, make_device: DeviceFactory, **kwargs: Any) -> SimulatedDevice:
     device = await make_device(**kwargs)
     await wait_settled(hub_device(hass))
     await hass.async_block_till_done()
     return device
-
-
-# -- snapshots (each platform's entities of a full device: test_platforms.py) -------------------
-
-
-async def test_minimal_client(hass: HomeAssistant, client: Any, snapshot: SnapshotAssertion) -> None:
-    from custom_components.xiaozhi_local.const import WS_PATH
-
-    headers = {"Authorization": "Bearer device-token-" + "a" * 40, "Device-Id": MAC}
-    async with client.ws_connect(WS_PATH, headers=headers) as ws:
-        await ws.send_str('{"type":"hello"}')
-        await ws.receive()
-        await hub_device(hass).async_wait_ready(5)
-        await hass.async_block_till_done()
-        assert summary(hass) == snapshot
 
 
 # -- settings -------------------------------------------------------------------------------
