@@ -50,6 +50,17 @@ def placeholders_of(result: Any) -> dict[str, str]:
     return dict(placeholders)
 
 
+async def until(predicate: Callable[[], bool], timeout: float = 10) -> None:
+    """Until ``predicate()`` holds, for state nothing announces (counters, the satellite's run).
+
+    A condition, not a time: it looks every 10 ms and fails after ``timeout``. What has a change
+    notification is awaited on it instead (``wait_for``, ``wait_entity``, ``wait_message``).
+    """
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110 - nothing announces it
+            await asyncio.sleep(0.01)
+
+
 async def wait_entity(
     hass: HomeAssistant, entity_id: str, predicate: Callable[[State], bool], timeout: float = 5
 ) -> State:

@@ -22,6 +22,7 @@ from pytest_homeassistant_custom_component.common import async_fire_time_changed
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_in_conversation, mqtt_online, wait_settled, ws_url
+from .helpers import until
 from .internals import hub_of
 from .test_voice import tts_stops, wait_state
 from .voice import Voice, speech_pcm
@@ -181,7 +182,7 @@ async def test_two_questions_at_once_then_the_device_drops(
     first = await ask(hass, "Shall I turn off the lights?", ANSWERS_EN)
     await talking.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "start")
     second = await ask(hass, "Shall I lock the door?", ANSWERS_EN)
-    await asyncio.sleep(0.1)
+    await until(first.done)  # the second dismissed it: the second waits now
     await talking.drop()
     for asking in (first, second):
         with pytest.raises(HomeAssistantError) as err:

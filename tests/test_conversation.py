@@ -23,6 +23,7 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.voice import UPLINK_RATE, MicEncoder, frame
 
 from .conftest import MAC, TOKEN, wait_settled, ws_url
+from .helpers import until
 from .internals import hub_of
 from .test_voice import kinds, tts_stops, wait_state
 from .voice import Voice, loud_seconds, speech_pcm
@@ -354,7 +355,7 @@ async def test_a_microphone_of_silence_ends_the_conversation_as_the_option_says(
     await device.say(b"", silence_after=16.0)  # more than HA's 15 s command limit, sent fast
     await tts_stops(device)  # no text: the empty answer
     assert not any(m.get("type") == "stt" and m.get("text") for m in device.log)
-    await asyncio.sleep(1.5)  # the device drains its playback, then listens again: a later turn
+    await until(lambda: device.device_state == "listening")  # it listens again: a later turn
     await device.say(b"", silence_after=0.5)
     assert not device.closed.is_set()
     async_fire_time_changed(hass, started + timedelta(seconds=DEFAULT_SILENCE_TIMEOUT + 0.1))

@@ -7,7 +7,7 @@ conversation must be answered or end on time, and nothing may grow with use: tas
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 import contextlib
 import gc
 import json
@@ -25,7 +25,7 @@ from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, MAC, DeviceFactory, mqtt_online, served_hub, wait_for, wait_settled, ws_url
-from .helpers import Clock, announce, resources
+from .helpers import Clock, announce, resources, until
 from .internals import hub_of, mcp_of
 from .voice import Voice, speech_pcm
 
@@ -94,13 +94,6 @@ async def silence_ends_it(device: SimulatedDevice, clock: Clock, before: int) ->
     await device.wait_message(lambda m: m.get("type") == "goodbye", timeout=5, after=marker)
     assert goodbyes(device) == before + 1
     assert not device.mqtt.audio_channel_open
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    """Until ``predicate()`` holds (state no listener is told of, such as the satellite's run)."""
-    async with asyncio.timeout(10):
-        while not predicate():  # noqa: ASYNC110 - nothing announces it
-            await asyncio.sleep(0.01)
 
 
 async def listening_again(device: SimulatedDevice, sent: int) -> None:

@@ -24,7 +24,7 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.mqtt_wire import MqttRefused, mqtt_connect, mqtt_publish
 
 from .conftest import CLIENT_ID, CLIENT_ID2, FAST, MAC, MAC2, TOKEN, ota_url, served_hub, wait_for, wait_settled, ws_url
-from .helpers import announce, next_answer
+from .helpers import announce, next_answer, until
 from .internals import hub_of
 from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
 
@@ -194,7 +194,7 @@ async def test_server_goodbye_after_silence(
     await wait_settled(hub.devices[MAC])
     await device.connect()
     await device.send_json({"session_id": device.session_id, "type": "listen", "state": "start", "mode": "auto"})
-    await asyncio.sleep(0.1)
+    await until(lambda: (link := hub.devices[MAC].link) is not None and link.listen_mode == "auto")  # HA has it
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=60))
     goodbye = await device.wait_message(lambda m: m.get("type") == "goodbye")
     assert goodbye["session_id"] == device.session_id
@@ -374,7 +374,8 @@ async def test_malformed_packet_after_connect_ends_only_that_link(hub: XiaozhiHu
 async def test_connect_flood_is_bounded(hub: XiaozhiHub, make_mqtt: MqttFactory) -> None:
     """Connections that never send CONNECT: past the bound the oldest goes; real devices still get in."""
     held = [await _raw(hub) for _ in range(MAX_UNAUTHENTICATED_PER_ADDRESS)]
-    await asyncio.sleep(0.05)
+    assert hub.mqtt is not None
+    await until(lambda: hub.mqtt is not None and hub.mqtt.pending_count == MAX_UNAUTHENTICATED_PER_ADDRESS)
     _reader, writer = await _raw(hub)  # one more: the oldest silent one gives way, at once
     assert await _closed(held[0][0]) == b""
     assert hub.mqtt is not None
@@ -382,7 +383,7 @@ async def test_connect_flood_is_bounded(hub: XiaozhiHub, make_mqtt: MqttFactory)
     writer.close()
     for _reader, held_writer in held:
         held_writer.close()
-    await asyncio.sleep(0.05)
+    await until(lambda: hub.mqtt is not None and hub.mqtt.pending_count == 0)
     device = await make_mqtt()
     await wait_for(hub.devices[MAC], lambda d: d.link is not None)
     assert device.mqtt.online.is_set()
@@ -451,13 +452,6 @@ async def test_packets_sent_with_the_connect_are_not_left_waiting(hub: XiaozhiHu
     assert await next_answer(reader) == bytes([0x20, 2, 0, 0])
     assert await next_answer(reader) == bytes([0xD0, 0x00])
     writer.close()
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 5) -> None:
-    """Until ``predicate()`` holds (counters that have no change notification)."""
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110 - counters without change notifications
-            await asyncio.sleep(0.01)
 
 
 async def test_udp_garbage_replays_and_spoofing(
@@ -629,7 +623,7 @@ async def test_blocked_udp_raises_a_repair(
     await wait_settled(xdev)
     await device.connect()
     await device.send_json({"session_id": device.session_id, "type": "listen", "state": "start", "mode": "manual"})
-    await asyncio.sleep(0.1)  # (its datagrams are lost on the way)
+    await until(lambda: xdev.link is not None and xdev.link.listen_mode == "manual")  # its datagrams are lost
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=UDP_DEADLINE + 1))
     await hass.async_block_till_done()
     issue = issue_registry.async_get_issue(DOMAIN, "udp_blocked")
@@ -864,6 +858,7 @@ async def test_conversations_do_not_rewrite_the_devices_entities(
     device = await make_mqtt()
     xdev = hub.devices[MAC]
     await wait_settled(xdev)
+    await hass.async_block_till_done(wait_background_tasks=True)  # what its OTA check started (its pack read)
     registry = er.async_get(hass)
     ours = {e.entity_id for e in er.async_entries_for_device(registry, xdev.device_id)}
     speaker = next(e for e in ours if e.startswith("media_player."))

@@ -24,7 +24,7 @@ from custom_components.xiaozhi_local.transport.mqtt_channel import MAX_KEEPALIVE
 from xiaozhi_sim.mqtt_wire import mqtt_connect
 
 from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_online, served_hub, wait_for
-from .helpers import next_answer
+from .helpers import next_answer, until
 from .internals import mcp_of, session_id_of
 from .voice import Voice
 
@@ -46,12 +46,6 @@ async def connect_from(
     """A TCP connection to the MQTT port from a given local address."""
     assert hub.mqtt is not None
     return await asyncio.open_connection("127.0.0.1", hub.mqtt.port, local_addr=(address, 0))
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 5) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110 - endpoint counters have no change notification
-            await asyncio.sleep(0.01)
 
 
 def test_sources_group_an_ipv6_host() -> None:
