@@ -48,8 +48,8 @@ def mqtt_on_loopback(socket_enabled: None) -> Iterator[None]:
     """The hub's MQTT+UDP endpoint (on by default) binds free loopback ports in tests."""
     with (
         patch.object(XiaozhiHub, "mqtt_bind_host", "127.0.0.1"),
-        patch("custom_components.xiaozhi_local.hub.DEFAULT_MQTT_PORT", 0),
-        patch("custom_components.xiaozhi_local.hub.DEFAULT_UDP_PORT", 0),
+        patch("custom_components.xiaozhi_local.driver.DEFAULT_MQTT_PORT", 0),
+        patch("custom_components.xiaozhi_local.driver.DEFAULT_UDP_PORT", 0),
     ):
         yield
 

@@ -21,6 +21,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import DEFAULT_SILENCE_TIMEOUT
 from custom_components.xiaozhi_local.device import XiaozhiDevice
+from custom_components.xiaozhi_local.driver import HubDriver
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
@@ -408,16 +409,17 @@ async def test_a_setup_that_fails_after_the_mqtt_port_opened_frees_it(
     from homeassistant.config_entries import ConfigEntryState
 
     opened: list[tuple[int, int]] = []
-    start_mqtt = XiaozhiHub.async_start_mqtt
+    start_mqtt = HubDriver.async_start_mqtt
 
-    async def start_then_fail(hub: XiaozhiHub) -> None:
-        await start_mqtt(hub)
+    async def start_then_fail(driver: HubDriver) -> None:
+        await start_mqtt(driver)
+        hub = driver.hub
         assert hub.mqtt is not None
         assert hub.mqtt.listening
         opened.append((hub.mqtt.port, hub.mqtt.udp_port))
         raise RuntimeError("a later step of the setup failed")
 
-    monkeypatch.setattr(XiaozhiHub, "async_start_mqtt", start_then_fail)
+    monkeypatch.setattr(HubDriver, "async_start_mqtt", start_then_fail)
     config_entry.add_to_hass(hass)
     assert not await hass.config_entries.async_setup(config_entry.entry_id)
     await hass.async_block_till_done()
@@ -440,7 +442,7 @@ async def test_deleting_the_hub_deletes_what_it_wrote(
     config_entry.add_to_hass(hass)
     assert await hass.config_entries.async_setup(config_entry.entry_id)
     entry_id = config_entry.entry_id
-    await hub_of(config_entry).async_shutdown()  # everything it holds is on disk now
+    assert await hass.config_entries.async_unload(entry_id)  # everything it holds is on disk now
     journal = f"{DOMAIN}.{entry_id}.identities"
     assert {f"{DOMAIN}.{entry_id}", journal} <= set(hass_storage)
     assert MAC in json.dumps(hass_storage[journal])

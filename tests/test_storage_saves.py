@@ -69,7 +69,7 @@ async def test_tokens_leave_500_subentries_without_recursion(
         await hass.async_block_till_done(wait_background_tasks=True)
         assert all(CONF_TOKEN in sub.data for sub in config_entry.subentries.values())
         storage.HubStorage.async_save_identities = measured  # type: ignore[method-assign]
-        hub_of(config_entry).async_sync_devices()  # what a check-in or any entry update does
+        hub_of(config_entry).request_sync()  # what a check-in or any entry update does
         await _tokens_left_subentries(hass, config_entry)
     finally:
         storage.HubStorage.async_save_identities = original  # type: ignore[method-assign]
@@ -164,7 +164,7 @@ async def test_a_stop_in_the_middle_of_the_saves_loses_no_token(
         await hass.async_block_till_done(wait_background_tasks=True)
     finally:
         storage.HubStorage.async_save_identities = original  # type: ignore[method-assign]
-    hub_of(config_entry).async_sync_devices()  # the saves start
+    hub_of(config_entry).request_sync()  # the saves start
     for _ in range(50):  # until some tokens have left their subentries, and some not yet
         await asyncio.sleep(0)
         if sum(CONF_TOKEN not in sub.data for sub in config_entry.subentries.values()) >= 20:

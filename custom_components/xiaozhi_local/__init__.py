@@ -12,9 +12,10 @@ from homeassistant.helpers.typing import ConfigType
 from .admission.identities import journal_store
 from .admission.ota import XiaozhiActivateView, XiaozhiOtaView
 from .const import DOMAIN
+from .driver import HubDriver
 from .firmware.installer import DATA_FIRMWARE
 from .firmware.server import XiaozhiFirmwareView
-from .hub import DATA_HUB, XiaozhiConfigEntry, XiaozhiHub
+from .hub import DATA_HUB, XiaozhiConfigEntry
 from .llm import API_NAME, XiaozhiDevicesAPI
 from .repairs import async_check_ffmpeg, async_check_url
 from .services import async_setup_services
@@ -71,9 +72,10 @@ async def async_migrate_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) ->
 
 async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> bool:
     """Start the hub: devices from the subentries; the endpoint accepts them from now on."""
-    hub = XiaozhiHub(hass, entry)
+    driver = HubDriver(hass, entry)
+    hub = driver.hub
     # Before anything starts: a setup that fails later frees what it took (ports, tasks), as an unload does.
-    entry.async_on_unload(hub.async_shutdown)
+    entry.async_on_unload(driver.async_shutdown)
     # The views' data while this hub is set up (a request after it is unloaded gets a 404).
     hass.data[DATA_ANNOUNCEMENTS], hass.data[DATA_FIRMWARE] = hub.announcements, hub.firmware
     hass.data[DATA_WAKE_WORDS] = hub.wake_words
@@ -87,11 +89,11 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
     entry.async_on_unload(views_closed)
     await hub.storage.async_load()
     hub.storage.async_restore_subentries()  # where Home Assistant was stopped before it saved a pairing
-    hub.async_sync_devices()
-    hub.async_start()
+    driver.async_sync_devices()
+    driver.async_start()
     entry.runtime_data = hub
-    await hub.async_start_mqtt()
-    entry.async_on_unload(entry.add_update_listener(_async_entry_updated))
+    await driver.async_start_mqtt()
+    entry.async_on_unload(entry.add_update_listener(partial(_async_entry_updated, driver)))
     await hass.config_entries.async_forward_entry_setups(entry, PLATFORMS)
 
     @callback
@@ -103,7 +105,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
     async def stopping(_event: Event[Any]) -> None:
         # Say goodbye (1001, going away) instead of leaving the sockets to HA's HTTP shutdown,
         # which waits for them for many seconds; the devices reconnect when HA is back.
-        await hub.async_shutdown("Home Assistant is stopping", 1001)
+        await driver.async_shutdown("Home Assistant is stopping", 1001)
 
     entry.async_on_unload(hass.bus.async_listen(EVENT_HOMEASSISTANT_STOP, stopping))
     async_check_url(hass, dict(entry.options))
@@ -112,19 +114,19 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
     return True
 
 
-async def _async_entry_updated(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> None:
+async def _async_entry_updated(driver: HubDriver, hass: HomeAssistant, entry: XiaozhiConfigEntry) -> None:
     """Devices added, changed or removed: applied without dropping the other connections.
 
-    The hub is taken once: an unload may begin while this waits for the MQTT endpoint.
+    The driver is this setup's: an unload may begin while this waits for the MQTT endpoint.
     """
-    hub = entry.runtime_data
+    hub = driver.hub
     if hub.stopping:
         return
-    hub.async_sync_devices()
+    driver.async_sync_devices()
     hub.firmware.catalog.async_configure(dict(entry.options))  # the firmware sources may have changed
     hub.wake_words.files.async_configure(dict(entry.options))
     async_check_url(hass, dict(entry.options))
-    await hub.async_start_mqtt()  # ports or the choice may have changed
+    await driver.async_start_mqtt()  # ports or the choice may have changed
     if not hub.stopping:
         hub.async_transport_changed()  # devices on the other transport restart when they can
 
