@@ -106,6 +106,9 @@ def _attribution_rows(attributions: list[dict[str, Any]]) -> tuple[list[str], li
         top = ", ".join(
             f"`{name}` {size / 1024:+.0f} KB" for name, size in list(end.get("heap_growth", {}).items())[:6] if size
         )
+        lines = ", ".join(
+            f"`{name}` {size / 1024:+.0f} KB" for name, size in list(end.get("line_growth", {}).items())[:4] if size
+        )
         objects = Counter(end.get("objects", {}))
         objects.subtract(base.get("objects", {}))
         moved = ", ".join(f"{name.rsplit('.', 1)[-1]} {n:+d}" for name, n in objects.most_common(4) if n)
@@ -113,7 +116,8 @@ def _attribution_rows(attributions: list[dict[str, Any]]) -> tuple[list[str], li
             f"- Segment {segment}, minute {base['minute']:.0f} → {end['minute']:.0f}: RSS {rss:+.1f} MB. "
             f"{allocator}: in use {in_use:+.1f} MB (of which Python's traced heap {python:+.1f} MB, tracemalloc's own "
             f"{tracer:+.1f} MB, SQLite {sqlite:+.1f} MB), free but held {free:+.1f} MB. "
-            f"Heap by file: {top or 'no change'}. Objects of ours and PyAV's: {moved or 'no change'}."
+            f"Heap by file: {top or 'no change'}{f'; by line: {lines}' if lines else ''}. "
+            f"Objects of ours and PyAV's: {moved or 'no change'}."
         )
     return rows, growth
 

@@ -205,20 +205,26 @@ class Heap:
 
     def __init__(self) -> None:
         self.baseline: dict[str, int] = {}
+        self.baseline_lines: dict[str, int] = {}
 
     @staticmethod
-    def by_file() -> dict[str, int]:
+    def by_line() -> dict[str, int]:
+        """Bytes alive by the line that allocated them (``file:line``, the file's last 3 parts)."""
         if not tracemalloc.is_tracing():
             return {}
-        stats = tracemalloc.take_snapshot().statistics("filename")
-        return {"/".join(Path(s.traceback[0].filename).parts[-3:]): s.size for s in stats}
+        stats = tracemalloc.take_snapshot().statistics("lineno")
+        return {f"{'/'.join(Path(s.traceback[0].filename).parts[-3:])}:{s.traceback[0].lineno}": s.size for s in stats}
 
     def attribute(self, baseline: bool) -> dict[str, Any]:
         collected = gc.collect()  # what is alive, not garbage the collector has not reached yet
-        files = self.by_file()
+        lines = self.by_line()
+        files: Counter[str] = Counter()
+        for line, size in lines.items():
+            files[line.rpartition(":")[0]] += size
         if baseline or not self.baseline:
-            self.baseline = files
+            self.baseline, self.baseline_lines = dict(files), lines
         growth = {name: size - self.baseline.get(name, 0) for name, size in files.items()}
+        line_growth = {name: size - self.baseline_lines.get(name, 0) for name, size in lines.items()}
         kinds: Counter[str] = Counter()
         for obj in gc.get_objects():
             module = type(obj).__dict__.get("__module__") or type(obj).__module__
@@ -230,6 +236,7 @@ class Heap:
             "tracemalloc_own_b": tracemalloc.get_tracemalloc_memory() if tracemalloc.is_tracing() else None,
             "heap_top": dict(sorted(files.items(), key=lambda kv: -kv[1])[:15]),
             "heap_growth": dict(sorted(growth.items(), key=lambda kv: -abs(kv[1]))[:15]),
+            "line_growth": dict(sorted(line_growth.items(), key=lambda kv: -abs(kv[1]))[:15]),
             "allocated_blocks": sys.getallocatedblocks(),
             "gc_objects": len(gc.get_objects()),
             "collected": collected,
