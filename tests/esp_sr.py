@@ -19,7 +19,7 @@ from typing import Final
 
 from aiohttp import web
 
-from custom_components.xiaozhi_local.wake_word.catalog import CATALOG, PinnedFile, WakeModel
+from custom_components.xiaozhi_local.wake_words.catalog import CATALOG, PinnedFile, WakeModel
 
 COMMENT: Final = "# (neural network type)_(model data version)_(label1_detection window length_threshold)_..."
 INFO_FORMS: Final = (

@@ -850,7 +850,7 @@ async def test_broadcast_with_one_device_off_reaches_the_others(
 
 
 async def test_conversations_do_not_rewrite_the_devices_entities(
-    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory, entity_registry: er.EntityRegistry
 ) -> None:
     """An always-connected device opens and closes its audio channel at every conversation. Only
     the entities that show what runs in one (the speaker, the satellite) follow that: the others
@@ -859,8 +859,7 @@ async def test_conversations_do_not_rewrite_the_devices_entities(
     xdev = hub.devices[MAC]
     await wait_settled(xdev)
     await hass.async_block_till_done(wait_background_tasks=True)  # what its OTA check started (its pack read)
-    registry = er.async_get(hass)
-    ours = {e.entity_id for e in er.async_entries_for_device(registry, xdev.device_id)}
+    ours = {e.entity_id for e in er.async_entries_for_device(entity_registry, xdev.device_id)}
     speaker = next(e for e in ours if e.startswith("media_player."))
     written: collections.Counter[str] = collections.Counter()
 

@@ -24,7 +24,7 @@ from pytest_homeassistant_custom_component.syrupy import HomeAssistantSnapshotEx
 from syrupy.assertion import SnapshotAssertion
 
 from custom_components.xiaozhi_local.const import WS_PATH
-from custom_components.xiaozhi_local.wake_word.files import FOLDER
+from custom_components.xiaozhi_local.wake_words.files import FOLDER
 from xiaozhi_sim.assets import default_pack
 
 from .conftest import MAC, DeviceFactory, mqtt_online, served_hub, wait_settled

@@ -29,8 +29,8 @@ from custom_components.xiaozhi_local.const import CONF_WAKE_WORD_MODELS, CONF_WA
 from custom_components.xiaozhi_local.device import XiaozhiDevice
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from custom_components.xiaozhi_local.protocol.assets import parse_models, parse_pack, read_index
-from custom_components.xiaozhi_local.wake_word.files import CATALOG_BY_NAME, FOLDER
-from custom_components.xiaozhi_local.wake_word.pack import AS_BUILT, make_pack
+from custom_components.xiaozhi_local.wake_words.files import CATALOG_BY_NAME, FOLDER
+from custom_components.xiaozhi_local.wake_words.pack import AS_BUILT, make_pack
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.assets import default_pack
 from xiaozhi_sim.firmware import build_image, flash_image
@@ -690,7 +690,7 @@ async def test_a_device_naming_a_new_board_each_time_does_not_grow_the_board_tab
     """What each board's default pack is built for is kept per board, at most ``MAX_BOARDS`` of them:
     a client that names another board at every OTA check ages the oldest out."""
     from custom_components.xiaozhi_local.protocol.firmware import BoardFacts
-    from custom_components.xiaozhi_local.wake_word.files import MAX_BOARDS
+    from custom_components.xiaozhi_local.wake_words.files import MAX_BOARDS
 
     hub = hub_of(setup_integration)
     device = hub.devices[MAC]

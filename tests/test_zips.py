@@ -11,7 +11,7 @@ import pytest
 from custom_components.xiaozhi_local.firmware.unpack import unpack
 from custom_components.xiaozhi_local.protocol.assets import AssetsError
 from custom_components.xiaozhi_local.protocol.firmware import FirmwareError
-from custom_components.xiaozhi_local.wake_word.disk import release_pack
+from custom_components.xiaozhi_local.wake_words.disk import release_pack
 
 
 def _zip(method: int = zipfile.ZIP_STORED, *, flags: int = 0, corrupt: bool = False) -> bytes:

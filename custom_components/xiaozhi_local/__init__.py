@@ -23,8 +23,8 @@ from .sound.announcements import DATA_ANNOUNCEMENTS, XiaozhiNotifyView
 from .store.storage import hub_store
 from .tools.vision import XiaozhiVisionView
 from .transport.endpoint import XiaozhiWebSocketView, register_open_view
-from .wake_word.change import DATA_WAKE_WORDS
-from .wake_word.view import XiaozhiWakeWordView
+from .wake_words.change import DATA_WAKE_WORDS
+from .wake_words.view import XiaozhiWakeWordView
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
 PLATFORMS = [

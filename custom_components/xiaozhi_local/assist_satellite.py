@@ -28,8 +28,8 @@ from .errors import translated_error
 from .hub import XiaozhiConfigEntry
 from .satellite.listening import ListeningMixin
 from .satellite.playback import PlaybackMixin
-from .wake_word.change import WakeWords
-from .wake_word.pack import AS_BUILT, ENGINE_WAKENET
+from .wake_words.change import WakeWords
+from .wake_words.pack import AS_BUILT, ENGINE_WAKENET
 
 PARALLEL_UPDATES = 0
 
@@ -108,7 +108,7 @@ class XiaozhiAssistSatellite(PlaybackMixin, ListeningMixin):
     def async_get_configuration(self) -> AssistSatelliteConfiguration:
         """The wake words Home Assistant's voice settings offer: those of the Wake word select.
 
-        A device that can change its WakeNet model (wake_word/change.py) lists "as built" and every
+        A device that can change its WakeNet model (wake_words/change.py) lists "as built" and every
         catalog model for its chip; choosing one there starts the same change as the select.
         Others list the one word their firmware wakes on.
         """

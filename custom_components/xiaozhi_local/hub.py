@@ -32,8 +32,8 @@ from .sound.announcements import AnnouncementStore
 from .store.storage import HubStorage
 from .transport import choice as transport
 from .transport.mqtt import MqttEndpoint
-from .wake_word.change import WakeWords
-from .wake_word.files import FOLDER as WAKE_WORD_FOLDER, WakeWordFiles
+from .wake_words.change import WakeWords
+from .wake_words.files import FOLDER as WAKE_WORD_FOLDER, WakeWordFiles
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, XiaozhiSettingDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry
 from .tools.table import THEMES, as_option
-from .wake_word.change import WakeWords, describe
-from .wake_word.pack import ENGINE_WAKENET
+from .wake_words.change import WakeWords, describe
+from .wake_words.pack import ENGINE_WAKENET
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,7 +153,7 @@ WAKE_WORD = SelectEntityDescription(key="wake_word", translation_key="wake_word"
 
 
 class XiaozhiWakeWordSelect(XiaozhiEntity, SelectEntity):
-    """The device's wake word: "as built", or a WakeNet model for its chip (wake_word/change.py).
+    """The device's wake word: "as built", or a WakeNet model for its chip (wake_words/change.py).
 
     Choosing one builds and checks a new assets pack and has the device fetch it at a restart
     once it is idle; the attributes say where the change is, and why it failed.

@@ -1,4 +1,4 @@
-"""Text: the wake phrase of a board built with the MultiNet "custom wake word" (wake_word/change.py)."""
+"""Text: the wake phrase of a board built with the MultiNet "custom wake word" (wake_words/change.py)."""
 
 from typing import Any
 
@@ -10,8 +10,8 @@ from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, async_setup_device_entities
 from .hub import XiaozhiConfigEntry
-from .wake_word.change import WakeWords, describe
-from .wake_word.pack import AS_BUILT, ENGINE_MULTINET
+from .wake_words.change import WakeWords, describe
+from .wake_words.pack import AS_BUILT, ENGINE_MULTINET
 
 PARALLEL_UPDATES = 1
 

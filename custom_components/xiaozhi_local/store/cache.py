@@ -46,7 +46,7 @@ class DeviceCache:
     told_transport: str | None = None
     picks_transport: bool = False
     wake_word: str | None = None
-    """The wake word chosen in Home Assistant (wake_word/change.py), once verified; None: as built."""
+    """The wake word chosen in Home Assistant (wake_words/change.py), once verified; None: as built."""
     wake_phrase: str | None = None
     """What the device sends as ``listen detect`` text for it."""
 
