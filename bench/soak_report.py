@@ -109,6 +109,10 @@ def _attribution_rows(attributions: list[dict[str, Any]]) -> tuple[list[str], li
         lines = ", ".join(
             f"`{name}` {size / 1024:+.0f} KB" for name, size in list(end.get("line_growth", {}).items())[:4] if size
         )
+        holders = "; ".join(
+            f"{c['size'] / 1024:.0f} KB from {' ← '.join(reversed(c['frames'][-4:]))}"
+            for c in end.get("callers", [])[:3]
+        )
         objects = Counter(end.get("objects", {}))
         objects.subtract(base.get("objects", {}))
         moved = ", ".join(f"{name.rsplit('.', 1)[-1]} {n:+d}" for name, n in objects.most_common(4) if n)
@@ -117,6 +121,7 @@ def _attribution_rows(attributions: list[dict[str, Any]]) -> tuple[list[str], li
             f"{allocator}: in use {in_use:+.1f} MB (of which Python's traced heap {python:+.1f} MB, tracemalloc's own "
             f"{tracer:+.1f} MB, SQLite {sqlite:+.1f} MB), free but held {free:+.1f} MB. "
             f"Heap by file: {top or 'no change'}{f'; by line: {lines}' if lines else ''}. "
+            f"{f'Who allocated it: {holders}. ' if holders else ''}"
             f"Objects of ours and PyAV's: {moved or 'no change'}."
         )
     return rows, growth

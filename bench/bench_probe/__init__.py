@@ -206,14 +206,28 @@ class Heap:
     def __init__(self) -> None:
         self.baseline: dict[str, int] = {}
         self.baseline_lines: dict[str, int] = {}
+        self.snapshot: tracemalloc.Snapshot | None = None
 
-    @staticmethod
-    def by_line() -> dict[str, int]:
+    def by_line(self) -> dict[str, int]:
         """Bytes alive by the line that allocated them (``file:line``, the file's last 3 parts)."""
         if not tracemalloc.is_tracing():
             return {}
-        stats = tracemalloc.take_snapshot().statistics("lineno")
+        self.snapshot = snapshot = tracemalloc.take_snapshot()
+        stats = snapshot.statistics("lineno")
         return {f"{'/'.join(Path(s.traceback[0].filename).parts[-3:])}:{s.traceback[0].lineno}": s.size for s in stats}
+
+    def callers_of(self, lines: list[str]) -> list[dict[str, Any]]:
+        """With more than one frame traced: who called the lines that grew (the largest groups)."""
+        if self.snapshot is None or tracemalloc.get_traceback_limit() < 2:
+            return []
+        found = []
+        for stat in self.snapshot.statistics("traceback"):
+            frames = [f"{'/'.join(Path(f.filename).parts[-3:])}:{f.lineno}" for f in stat.traceback]
+            if frames and frames[-1] in lines:  # oldest first: the allocating line is the last
+                found.append({"size": stat.size, "count": stat.count, "frames": frames})
+                if len(found) >= 8:
+                    break
+        return found
 
     def attribute(self, baseline: bool) -> dict[str, Any]:
         collected = gc.collect()  # what is alive, not garbage the collector has not reached yet
@@ -225,6 +239,8 @@ class Heap:
             self.baseline, self.baseline_lines = dict(files), lines
         growth = {name: size - self.baseline.get(name, 0) for name, size in files.items()}
         line_growth = {name: size - self.baseline_lines.get(name, 0) for name, size in lines.items()}
+        callers = self.callers_of(sorted(line_growth, key=lambda name: -line_growth[name])[:4])
+        self.snapshot = None  # tens of MB: not kept until the next checkpoint
         kinds: Counter[str] = Counter()
         for obj in gc.get_objects():
             module = type(obj).__dict__.get("__module__") or type(obj).__module__
@@ -237,6 +253,7 @@ class Heap:
             "heap_top": dict(sorted(files.items(), key=lambda kv: -kv[1])[:15]),
             "heap_growth": dict(sorted(growth.items(), key=lambda kv: -abs(kv[1]))[:15]),
             "line_growth": dict(sorted(line_growth.items(), key=lambda kv: -abs(kv[1]))[:15]),
+            "callers": callers,
             "allocated_blocks": sys.getallocatedblocks(),
             "gc_objects": len(gc.get_objects()),
             "collected": collected,
@@ -358,7 +375,8 @@ class ProbeView(HomeAssistantView):
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     """Start sampling, serve the view, write a token."""
     if os.environ.get("BENCH_TRACEMALLOC") and not tracemalloc.is_tracing():
-        tracemalloc.start(1)
+        # One frame says where memory was allocated; more (BENCH_TRACEMALLOC_FRAMES) say who called.
+        tracemalloc.start(int(os.environ.get("BENCH_TRACEMALLOC_FRAMES", "1")))
     lag = Lag()
     hass.async_create_background_task(lag.run(), "bench_probe lag")
     profile = None
