@@ -189,7 +189,7 @@ class DeviceLink:
 
     @callback
     def channel_changed(self) -> None:
-        """Something of the channel the entities show changed (where its audio comes from)."""
+        """Its audio channel changed: only what follows activity looks again (not other entities)."""
         self.device.async_activity_changed()
 
     def create_task(self, target: Coroutine[Any, Any, Any], what: str) -> None:

@@ -71,7 +71,7 @@ class LinkSide(Protocol):
         """That conversation closed."""
 
     def channel_changed(self) -> None:
-        """Something the entities show changed."""
+        """Its audio channel changed (opened by a first datagram, or sent from elsewhere)."""
 
     def create_task(self, target: Coroutine[Any, Any, Any], what: str) -> None:
         """A task of the channel's, tied to the device's config entry."""
