@@ -73,7 +73,7 @@ async def test_a_disconnect_while_listening_ends_the_run(
         await wait_state(hass, SATELLITE, "listening")
         await device.drop()
         await wait_state(hass, SATELLITE, "idle")
-        assert satellite(hass)._run is None
+        assert not hub_of(hass).devices[MAC].exchanging
         await hass.async_block_till_done(wait_background_tasks=True)  # the cancelled run winds down
     device = await make()
     device.relisten = False

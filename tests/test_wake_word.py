@@ -198,8 +198,8 @@ async def test_the_new_phrase_is_a_wake_word_not_a_question(
     assert xdev.chosen_wake_word == "Hey Willow"
     satellite: Any = xdev.voice
     assert satellite is not None
-    assert satellite._wake_phrase == "Hey,Willow"  # taken as the wake word, not typed text
-    assert satellite._deferred_detect is None
+    assert satellite._listening.wake_phrase == "Hey,Willow"  # taken as the wake word, not typed text
+    assert satellite._text.deferred is None
 
 
 async def test_a_device_that_wakes_on_another_word_fails_the_change(

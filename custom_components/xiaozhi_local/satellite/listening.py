@@ -7,12 +7,11 @@ that stops sending ends the utterance.
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 import logging
 from typing import Any
 
-from homeassistant.components.assist_pipeline import PipelineStage
 from homeassistant.core import callback
 from homeassistant.helpers.event import async_call_later
 
@@ -27,53 +26,60 @@ from ..protocol.opus import Decoded, ThreadedDecoder
 from ..protocol.pcm import AudioError
 from ..protocol.voice import VoiceError, is_wake_phrase, parse_listen
 from ..sound.media import audio_executor
+from .runner import Runner
 from .runs import (
     EARLY_AUDIO_PACKETS,
     EARLY_AUDIO_WINDOW,
     MAX_QUEUED_CHUNKS,
-    PUSH_TO_TALK_SILENCE,
     Run,
     Turn,
     missing_engines,
 )
-from .text import TextMixin
+from .text import TypedText
 
 _LOGGER = logging.getLogger(__package__)
 
 
-# One concern of the satellite entity per module (each under the size a reader takes in at once);
-# the entity that platform setup creates, XiaozhiAssistSatellite, is in assist_satellite.py.
-class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class-module
+type AcceptAudio = Callable[[AsyncIterator[bytes], str | None], Awaitable[None]]
+"""The satellite's ``async_accept_pipeline_from_satellite``: PCM and the wake phrase, from speech-to-text."""
+
+
+class Listening:
     """What the device's microphone and its listen messages do."""
 
-    def _resolve_vad_sensitivity(self) -> float:
-        """Seconds of silence after which HA's VAD ends the utterance.
+    def __init__(self, runner: Runner, text: TypedText, accept: AcceptAudio) -> None:
+        self._runner = runner
+        self._text = text
+        self._accept = accept
+        self.wake_phrase: str | None = None
+        self._early_audio: deque[tuple[DeviceLink, float, bytes]] = deque(maxlen=EARLY_AUDIO_PACKETS)
+
+    def push_to_talk(self) -> bool:
+        """Whether the pipeline that runs serves a push-to-talk turn (its end is the release).
 
         Push-to-talk ends at the release (``listen stop``), not at a pause: HA's VAD gets a
         silence of seconds (``PUSH_TO_TALK_SILENCE``), which a client that never releases the
-        button but streams silence still reaches. Auto and realtime keep the device's "Finished
-        speaking detection". (HA builds the pipeline's audio settings itself and asks only this.)
+        button but streams silence still reaches.
         """
-        run = self._events_for
-        if run is not None and run.turn is not None and run.turn.mode == "manual":
-            return PUSH_TO_TALK_SILENCE
-        return super()._resolve_vad_sensitivity()
+        run = self._runner.events_for
+        return run is not None and run.turn is not None and run.turn.mode == "manual"
 
     def on_control(self, link: DeviceLink, message: ControlMessage) -> None:
         """``listen start|stop|detect`` and ``abort``."""
         link.touch()
+        runner = self._runner
         if message.type == "abort":
-            self._abort(link, message.data.get("reason"))
+            runner.abort(link, message.data.get("reason"))
             return
         if message.type != "listen":
-            _LOGGER.debug("Device %s: ignored %s message", self.device.mac, message.type)
+            _LOGGER.debug("Device %s: ignored %s message", runner.device.mac, message.type)
             return
         try:
             listen = parse_listen(message.data)
         except VoiceError as err:
             link.log.report(err.kind, str(err))
             return
-        run = self._run
+        run = runner.run
         if listen.state == "start":
             self._start_turn(link, listen.mode)
         elif listen.state == "stop":
@@ -83,31 +89,33 @@ class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class
             turn = run.turn
             assert turn.decoder is not None
             turn.decoder.when_drained(turn.end_audio)  # the audio sent before the stop still counts
-        elif is_wake_phrase(listen.text) or listen.text == self.device.expected_wake_word:
-            self._wake_phrase = listen.text
+        elif is_wake_phrase(listen.text) or listen.text == runner.device.expected_wake_word:
+            self.wake_phrase = listen.text
         else:
-            self._defer_detect(link, listen.text)
+            self._text.defer(link, listen.text)
 
     def on_audio(self, link: DeviceLink, packet: bytes) -> None:
         """Uplink Opus → PCM for the running turn; a streaming client's next utterance starts the next."""
         link.touch()
-        run = self._run
-        if run is None and link.streams_microphone and self.device.link is link:
+        runner = self._runner
+        run = runner.run
+        if run is None and link.streams_microphone and runner.device.link is link:
             # Clients that stream their microphone without pause (the browser page, xiaozhi-sdk in
             # realtime mode, load testers) send listen start once: HA's VAD segments what follows.
             self._start_turn(link, link.listen_mode or "auto")
-            run = self._run
+            run = runner.run
         turn = run.turn if run is not None and run.link is link else None
         if turn is None or turn.ended:
             if link.audio_in_order:  # in order with listen start: really outside
                 # py-xiaozhi, the browser page and load testers send on after HA's VAD ended the turn.
                 link.log.note("audio_outside_turn", "dropped audio outside a listening turn")
             else:  # UDP may overtake the listen start sent over MQTT: kept a moment for the turn
-                self._early_audio.append((link, self.hass.loop.time(), packet))
+                self._early_audio.append((link, runner.hass.loop.time(), packet))
             return
         self._feed(link, turn, packet)
 
-    def _feed(self, link: DeviceLink, turn: Turn, packet: bytes) -> None:
+    @staticmethod
+    def _feed(link: DeviceLink, turn: Turn, packet: bytes) -> None:
         """Hand ``packet`` to the turn's decoder (a worker thread); ``_decoded`` gets its PCM."""
         assert turn.decoder is not None
         if not turn.decoder.feed(packet):
@@ -132,64 +140,63 @@ class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class
             self._watch_gap(turn)
 
     def _start_turn(self, link: DeviceLink, mode: str) -> None:
-        if (custom_wake_word := self._cancel_deferred_detect()) is not None:
-            self._wake_phrase = custom_wake_word
+        runner = self._runner
+        hass = runner.hass
+        if (custom_wake_word := self._text.cancel_deferred()) is not None:
+            self.wake_phrase = custom_wake_word
         turn = Turn(mode, asyncio.Queue(MAX_QUEUED_CHUNKS))
-        turn.decoder = ThreadedDecoder(partial(self._decoded, link, turn), audio_executor(self.hass))
+        turn.decoder = ThreadedDecoder(partial(self._decoded, link, turn), audio_executor(hass))
         run = Run(link, turn)
-        previous = self._begin(run)  # a new listen start ends what runs (barge-in, a new question)
-        wake_phrase, self._wake_phrase = self._wake_phrase, None
+        previous = runner.begin(run)  # a new listen start ends what runs (barge-in, a new question)
+        wake_phrase, self.wake_phrase = self.wake_phrase, None
         if mode != "manual":
             # Counted from when the device started listening with nobody speaking since, on the
             # conversation's clock (a client that listens without opening one: the turn's own).
-            timeout = float(self._config_entry().options.get(CONF_SILENCE_TIMEOUT, DEFAULT_SILENCE_TIMEOUT))
-            conversation = self.device.conversation_of(link)
-            remaining = conversation.listening(self.hass.loop.time(), timeout) if conversation else timeout
+            timeout = float(runner.entry().options.get(CONF_SILENCE_TIMEOUT, DEFAULT_SILENCE_TIMEOUT))
+            conversation = runner.device.conversation_of(link)
+            remaining = conversation.listening(hass.loop.time(), timeout) if conversation else timeout
 
             @callback
             def silence(_now: Any) -> None:
                 self._on_silence(run)
 
-            turn.cancel_silence = async_call_later(self.hass, remaining, silence)
-        run.task = self._config_entry().async_create_background_task(
-            self.hass, self._async_run_turn(run, wake_phrase, previous), f"xiaozhi_local turn {self.device.mac}"
-        )
+            turn.cancel_silence = async_call_later(hass, remaining, silence)
+        run.task = runner.background(self._async_run_turn(run, wake_phrase, previous), "turn")
         early, self._early_audio = self._early_audio, deque(maxlen=EARLY_AUDIO_PACKETS)
-        recent = self.hass.loop.time() - EARLY_AUDIO_WINDOW
+        recent = hass.loop.time() - EARLY_AUDIO_WINDOW
         for source, at, packet in early:
             if source is link and at >= recent:
                 self._feed(link, turn, packet)
 
     async def _async_run_turn(self, run: Run, wake_phrase: str | None, previous: Run | None) -> None:
         assert run.turn is not None
+        runner = self._runner
         turn = run.turn
-        await self._async_after(previous)
+        await runner.async_after(previous)
         if run.cancelled:
             return
-        pipeline = self._pipeline()
+        pipeline = runner.pipeline()
         if missing := missing_engines(pipeline):
             # Say so once a microphone streams (a page that only sent listen start may type instead).
             if await turn.queue.get() is not None and not run.cancelled:
-                self._cannot_serve(run, pipeline.name, missing)
+                runner.cannot_serve(run, pipeline.name, missing)
             return
 
         async def pcm() -> AsyncIterator[bytes]:
             while (chunk := await turn.queue.get()) is not None:
                 yield chunk
 
-        self._events_for = run
+        runner.events_for = run
         try:
-            await self.async_accept_pipeline_from_satellite(
-                pcm(), start_stage=PipelineStage.STT, wake_word_phrase=wake_phrase
-            )
+            await self._accept(pcm(), wake_phrase)
         except Exception:
-            _LOGGER.exception("Device %s: the voice pipeline failed", self.device.mac)
+            _LOGGER.exception("Device %s: the voice pipeline failed", runner.device.mac)
         finally:
             turn.end_audio()
-            if self._events_for is run:
-                self._events_for = None
+            if runner.events_for is run:
+                runner.events_for = None
             if run.tts_task is None and not run.cancelled:
-                self._finished(run)  # ended before any answer (nothing to say, or an error)
+                runner.finished(run)  # ended before any answer (nothing to say, or an error)
 
     @callback
     def _on_silence(self, run: Run) -> None:
@@ -198,12 +205,9 @@ class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class
         if turn is None:
             return
         turn.cancel_silence = None
-        if self._run is run and not turn.heard_speech:
-            _LOGGER.debug("Device %s: no speech; ending the conversation", self.device.mac)
-            self._end_run(run)
-            self.device.async_create_task(
-                run.link.async_end_conversation("no speech"), f"xiaozhi_local end {self.device.mac}"
-            )
+        if self._runner.run is run and not turn.heard_speech:
+            _LOGGER.debug("Device %s: no speech; ending the conversation", self._runner.device.mac)
+            self._runner.end_conversation(run, "no speech")
 
     @callback
     def _watch_gap(self, turn: Turn) -> None:
@@ -212,12 +216,13 @@ class ListeningMixin(TextMixin):  # pylint: disable=home-assistant-enforce-class
             return
         if turn.cancel_gap is not None:
             turn.cancel_gap()
+        mac = self._runner.device.mac
 
         @callback
         def gap(_now: Any) -> None:
             turn.cancel_gap = None
             if turn.heard_speech:
-                _LOGGER.debug("Device %s: its microphone stopped sending; ending the utterance", self.device.mac)
+                _LOGGER.debug("Device %s: its microphone stopped sending; ending the utterance", mac)
                 turn.end_audio()
 
-        turn.cancel_gap = async_call_later(self.hass, AUDIO_GAP_TIMEOUT, gap)
+        turn.cancel_gap = async_call_later(self._runner.hass, AUDIO_GAP_TIMEOUT, gap)

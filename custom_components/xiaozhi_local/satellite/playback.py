@@ -5,7 +5,7 @@ firmware plays it (2.5), else as an alert. Media asked for during a turn follows
 """
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 import contextlib
 import logging
 from typing import Any
@@ -18,13 +18,14 @@ from homeassistant.components.intent import TimerEventType, TimerInfo
 from homeassistant.core import callback
 from homeassistant.exceptions import HomeAssistantError
 
+from ..device import XiaozhiDevice
 from ..errors import translated_error
 from ..link import DeviceLink
 from ..protocol import voice
 from ..sound import speaker
 from ..sound.announcements import Announcement
 from ..sound.media import MediaUnreadable
-from .base import SatelliteBase
+from .runner import Runner
 from .runs import (
     Run,
 )
@@ -32,13 +33,26 @@ from .runs import (
 _LOGGER = logging.getLogger(__package__)
 
 
-# One concern of the satellite entity per module (each under the size a reader takes in at once);
-# the entity that platform setup creates, XiaozhiAssistSatellite, is in assist_satellite.py.
-class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-class-module
-    """Announcements, questions, timers and media."""
+type Announce = Callable[..., Coroutine[Any, Any, None]]
+"""The satellite's ``async_internal_announce`` (what ``assist_satellite.announce`` runs)."""
+
+
+class Playback:
+    """Announcements, questions, timers and media, on the runner's exchanges."""
+
+    def __init__(self, runner: Runner, announce: Announce) -> None:
+        self._runner = runner
+        self._announce = announce
+        self._idle_media: tuple[str, asyncio.Task[None]] | None = None  # media played by notify (2.5)
+        self._told_away = False  # the log said once that announcements skip this per-conversation device
+
+    @property
+    def device(self) -> XiaozhiDevice:
+        """The device it plays on."""
+        return self._runner.device
 
     @callback
-    def _on_timer(self, event_type: TimerEventType, timer: TimerInfo) -> None:
+    def on_timer(self, event_type: TimerEventType, timer: TimerInfo) -> None:
         """A timer of this device rang: it is spoken where the device can play it, else an ``alert``.
 
         Started, changed and cancelled timers need nothing: the spoken answer said so.
@@ -50,23 +64,21 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
             _LOGGER.warning("Device %s is offline; its timer %s finished unheard", self.device.mac, timer.name or "")
             return
         ring = voice.timer_finished(timer.name, timer.created_seconds, timer.language)
-        self._config_entry().async_create_background_task(
-            self.hass, self._async_ring(link, ring), f"xiaozhi_local timer {self.device.mac}"
-        )
+        self._runner.background(self._async_ring(link, ring), "timer")
 
     async def _async_ring(self, link: DeviceLink, ring: dict[str, Any]) -> None:
         """Say it (in a conversation, or by ``notify`` on 2.5); the alert's sound where it cannot be said."""
         if link.audio_open or self.device.plays_notify:
             try:
-                await self.async_internal_announce(message=ring["message"], preannounce=False)
+                await self._announce(message=ring["message"], preannounce=False)
             except HomeAssistantError as err:  # no text-to-speech, say
                 _LOGGER.debug("Device %s: the timer could not be spoken (%s); showing it", self.device.mac, err)
             else:
                 return
         await link.async_send_json(ring)
 
-    async def async_internal_announce(self, *args: Any, **kwargs: Any) -> None:
-        """Refuse before any speech is made when the device is off; the announcement replaces a turn.
+    def may_announce(self) -> bool:
+        """Whether an announcement goes ahead: refused when the device is off; it replaces a turn.
 
         A device that connects only for its conversations (WebSocket) cannot be reached between
         them: the announcement is skipped with one log line (Home Assistant's broadcast reaches the
@@ -81,29 +93,37 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
                     "(set its Connection to always connected to receive them)",
                     self.device.name,
                 )
-            return
-        self._connection_or_raise()
-        self._supersede()
-        await super().async_internal_announce(*args, **kwargs)
+            return False
+        self._runner.link_or_raise()
+        self._runner.supersede()
+        return True
 
-    async def async_internal_ask_question(self, *args: Any, **kwargs: Any) -> AssistSatelliteAnswer | None:
-        """Ask on the open channel: the device listens after the question, the answer is matched.
+    def before_question(self) -> None:
+        """Refused before anything is said when the device cannot be made to listen.
+
+        A device without a conversation channel cannot be (the firmware opens it only itself).
+        Otherwise the question replaces what runs, and a question still waiting is dismissed by
+        this one: its caller is told.
+        """
+        link = self._runner.link_or_raise()
+        if not link.audio_open:
+            raise translated_error("question_no_channel", device=self.device.name)
+        self._runner.supersede()
+        self._runner.no_answer()
+
+    async def async_wait_answer(
+        self, ask: Coroutine[Any, Any, AssistSatelliteAnswer | None]
+    ) -> AssistSatelliteAnswer | None:
+        """Ask on the open channel (``ask``: Home Assistant's own question); the answer is matched.
 
         Home Assistant waits for the answer's speech-to-text without a limit; here the action
         fails instead when the answer cannot come (nobody spoke, the question was dismissed, the
-        device went away). A device without a conversation channel cannot be made to listen
-        (the firmware opens it only itself): refused before anything is said.
+        device went away).
         """
-        link = self._connection_or_raise()
-        if not link.audio_open:
-            raise translated_error("question_no_channel", device=self.device.name)
-        self._supersede()
-        self._no_answer()  # a question still waiting is dismissed by this one: its caller is told
-        unanswered: asyncio.Future[None] = self.hass.loop.create_future()
-        self._unanswered.add(unanswered)
-        asking = self.device.async_create_task(
-            super().async_internal_ask_question(*args, **kwargs), f"xiaozhi_local question {self.device.mac}"
-        )
+        runner = self._runner
+        unanswered: asyncio.Future[None] = runner.hass.loop.create_future()
+        runner.unanswered.add(unanswered)
+        asking = self.device.async_create_task(ask, f"xiaozhi_local question {self.device.mac}")
         try:
             waiting: set[asyncio.Future[Any]] = {asking, unanswered}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
@@ -121,13 +141,7 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
             asking.cancel()
             raise
         finally:
-            self._unanswered.discard(unanswered)
-
-    async def async_internal_start_conversation(self, *args: Any, **kwargs: Any) -> None:
-        """Refuse before any speech is made when the device is away; it replaces a running turn."""
-        self._connection_or_raise()
-        self._supersede()
-        await super().async_internal_start_conversation(*args, **kwargs)
+            runner.unanswered.discard(unanswered)
 
     async def async_announce(self, announcement: AssistSatelliteAnnouncement) -> None:
         """Speak it now, blocking until it has been played. The device must be connected.
@@ -136,9 +150,10 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
         one) fetches it from a short-lived URL if its firmware plays ``notify`` (2.5), and shows
         the text with the firmware's alert sound otherwise.
         """
-        link = self._connection_or_raise()
+        runner = self._runner
+        link = runner.link_or_raise()
         try:
-            sources = speaker.announcement_sources(self.hass, announcement)
+            sources = speaker.announcement_sources(runner.hass, announcement)
         except MediaUnreadable as err:  # refused before anything is said (never a local file)
             raise translated_error("media_unreadable", device=self.device.name, reason=str(err)) from None
         if not link.audio_open:
@@ -147,20 +162,16 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
                 # an alert, and a 2.4 device plays nothing while idle. Say why (not its URL).
                 raise translated_error("media_no_channel", device=self.device.name)
             await speaker.async_speak_idle(
-                self._config_entry().runtime_data.announcements, link, sources, announcement.message or ""
+                runner.entry().runtime_data.announcements, link, sources, announcement.message or ""
             )
             return
         run = Run(link)
-        self._begin(run)
+        runner.begin(run)
         run.tts_text = announcement.message or None
-        self._send_ai(run, "chunk", announcement.message)
-        self._send_ai(run, "final", announcement.message)
+        runner.send_ai(run, "chunk", announcement.message)
+        runner.send_ai(run, "final", announcement.message)
         # Its own task: a barge-in cancels the playback, never the caller (the action).
-        task = self._config_entry().async_create_background_task(
-            self.hass,
-            self._async_play(run, speaker.chained(sources), respond=False),
-            f"xiaozhi_local announce {self.device.mac}",
-        )
+        task = runner.background(runner.async_play(run, speaker.chained(sources), respond=False), "announce")
         run.tts_task = task
         try:
             await asyncio.wait({task})  # returns when it is played (or interrupted)
@@ -168,16 +179,12 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
             task.cancel()
             raise
         finally:
-            self._finished(run)
-
-    async def async_start_conversation(self, start_announcement: AssistSatelliteAnnouncement) -> None:
-        """Speak, then the device listens: in auto mode ``tts stop`` makes it open its microphone."""
-        await self.async_announce(start_announcement)
+            runner.finished(run)
 
     @property
     def media_title(self) -> str | None:
         """The title of the media playing now (through the channel, or by ``notify``); else None."""
-        run = self._run
+        run = self._runner.run
         if run is not None and run.media is not None and not run.cancelled:
             return run.media
         return self._idle_media[0] if self._idle_media is not None else None
@@ -189,38 +196,33 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
         an ``abort`` stops it); to an idle device by ``notify`` where its firmware plays it (2.5).
         Otherwise, and for media ffmpeg cannot read, a translated error says why.
         """
-        link = self._connection_or_raise()
+        runner = self._runner
+        link = runner.link_or_raise()
         if not link.audio_open and not self.device.plays_notify:
             raise translated_error("media_no_channel", device=self.device.name)
         self.async_stop_media()
         try:
-            source = await speaker.async_open_media(self.hass, url)
+            source = await speaker.async_open_media(runner.hass, url)
         except MediaUnreadable as err:
             raise translated_error("media_unreadable", device=self.device.name, reason=str(err)) from None
-        if (run := self._run) is not None and run.link is link and self._answering(run):
+        if (run := runner.run) is not None and run.link is link and self._answering(run):
             # Asked for during a turn (most likely by its agent): it plays right after the reply.
             # Cancelling the turn here would cancel the very agent call that asked for it.
             self._play_after_reply(run, title, source)
             return
         if link.audio_open:
-            self._supersede()
+            runner.supersede()
             run = Run(link, media=title)
-            self._begin(run)
+            runner.begin(run)
             run.tts_text = title
-            run.tts_task = self._config_entry().async_create_background_task(
-                self.hass, self._async_play_media(run, source), f"xiaozhi_local media {self.device.mac}"
-            )
+            run.tts_task = runner.background(self._async_play_media(run, source), "media")
             self.device.async_activity_changed()
             return
-        waiting = await speaker.async_notify(
-            self._config_entry().runtime_data.announcements, link, [lambda: source], title
-        )
+        waiting = await speaker.async_notify(runner.entry().runtime_data.announcements, link, [lambda: source], title)
         if waiting is None:
             await source.aclose()
             raise translated_error("media_not_fetched", device=self.device.name)
-        task = self._config_entry().async_create_background_task(
-            self.hass, self._async_until_played(waiting), f"xiaozhi_local media {self.device.mac}"
-        )
+        task = runner.background(self._async_until_played(waiting), "media")
         self._idle_media = (title, task)
         self.device.async_activity_changed()
 
@@ -260,16 +262,14 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
                 task.add_done_callback(check)
 
     def _close_later(self, source: AsyncGenerator[bytes]) -> None:
-        self._config_entry().async_create_background_task(
-            self.hass, source.aclose(), f"xiaozhi_local media close {self.device.mac}"
-        )
+        self._runner.background(source.aclose(), "media close")
 
     async def _async_play_media(self, run: Run, source: AsyncIterator[bytes]) -> None:
         try:
-            await self._async_play(run, source, respond=False)
+            await self._runner.async_play(run, source, respond=False)
         finally:
-            if self._run is run:
-                self._idle()
+            if self._runner.run is run:
+                self._runner.idle()
 
     async def _async_until_played(self, waiting: Announcement) -> None:
         try:
@@ -279,19 +279,34 @@ class PlaybackMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-cl
                 self._idle_media = None
                 self.device.async_activity_changed()
 
-    async def async_announce_media(self, url: str) -> None:
-        """A media player's announcement: the satellite's own (``assist_satellite.announce``)."""
-        await self.async_internal_announce(media_id=url, preannounce=False)
-
     @callback
     def async_stop_media(self) -> None:
         """Stop the media that plays (the device goes back to what it did: listening, or idle)."""
-        run = self._run
+        run = self._runner.run
         if run is not None and run.media is not None:
             run.cancel()
-            self._idle()
+            self._runner.idle()
+        self._stop_idle_media()
+
+    def _stop_idle_media(self) -> None:
         if self._idle_media is not None:
             _title, task = self._idle_media
             self._idle_media = None
             task.cancel()
             self.device.async_activity_changed()
+
+    def on_disconnect(self, link: DeviceLink) -> None:
+        """The link ended: media by notify to a device that is gone stops now.
+
+        Its stream (ffmpeg, the upstream) ends now, not when the socket of a device that stopped
+        reading finally times out.
+        """
+        if self._idle_media is not None and link.gone and self.device.link in (link, None):
+            self._stop_idle_media()
+
+    @callback
+    def release(self) -> None:
+        """The entity is removed: nothing it played outlives it."""
+        if self._idle_media is not None:
+            self._idle_media[1].cancel()
+            self._idle_media = None

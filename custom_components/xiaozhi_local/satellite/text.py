@@ -1,7 +1,7 @@
 """Typed text: a ``listen detect`` that is no wake phrase runs the pipeline from the intent stage.
 
 Home Assistant 2026.10/11 has no public way for a satellite to run its pipeline from text, so
-``_async_run_text`` does what ``AssistSatelliteEntity.async_accept_pipeline_from_satellite``
+``TypedText._async_run`` does what ``AssistSatelliteEntity.async_accept_pipeline_from_satellite``
 does, with the members of the base class listed in ``HA_PRIVATE_MEMBERS``; a test pins each, so
 a Home Assistant that renames one fails the suite with its name instead of breaking at runtime.
 """
@@ -16,13 +16,14 @@ from homeassistant.components.assist_pipeline import (
     PipelineRun,
     PipelineStage,
 )
-from homeassistant.core import Context, callback
+from homeassistant.components.assist_satellite import AssistSatelliteEntity
+from homeassistant.core import CALLBACK_TYPE, Context, callback
 from homeassistant.helpers import chat_session
 from homeassistant.helpers.event import async_call_later
 
 from ..link import DeviceLink
 from ..protocol import voice
-from .base import SatelliteBase
+from .runner import Runner
 from .runs import WAKE_WORD_FOLLOW_UP, Run
 
 _LOGGER = logging.getLogger(__package__)
@@ -44,37 +45,58 @@ HA_PRIVATE_MEMBERS: Final = (
 """``AssistSatelliteEntity`` members that are not public API and that the satellite uses."""
 
 
-# One concern of the satellite entity per module (each under the size a reader takes in at once);
-# the entity that platform setup creates, XiaozhiAssistSatellite, is in assist_satellite.py.
-class TextMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-class-module
-    """Typed text, and telling it from a custom wake word."""
+class TypedText:
+    """Typed text, and telling it from a custom wake word.
 
-    def _defer_detect(self, link: DeviceLink, text: str) -> None:
+    It runs the pipeline as the satellite entity's own would (``satellite``: its state follows
+    the run's events) on the runner's exchanges.
+    """
+
+    def __init__(self, runner: Runner, satellite: AssistSatelliteEntity) -> None:
+        self._runner = runner
+        self._satellite = satellite
+        self.deferred: tuple[str, CALLBACK_TYPE, DeviceLink] | None = None
+        """A ``listen detect`` text waiting to be told apart: (text, cancel, link)."""
+
+    def defer(self, link: DeviceLink, text: str) -> None:
         """Decide what a ``listen detect`` text that is no known wake phrase means.
 
         A custom wake word if ``listen start`` follows at once (the firmware sends both back to
         back); otherwise a typed utterance.
         """
-        self._cancel_deferred_detect()
+        self.cancel_deferred()
 
         @callback
         def typed(_now: Any) -> None:
-            self._deferred_detect = None
-            self._start_text_run(link, text)
+            self.deferred = None
+            self._start(link, text)
 
-        self._deferred_detect = (text, async_call_later(self.hass, WAKE_WORD_FOLLOW_UP, typed), link)
+        self.deferred = (text, async_call_later(self._runner.hass, WAKE_WORD_FOLLOW_UP, typed), link)
 
-    def _start_text_run(self, link: DeviceLink, text: str) -> None:
+    def cancel_deferred(self) -> str | None:
+        """Stop waiting for a ``listen start``; the text that waited (a custom wake word), if any."""
+        if self.deferred is None:
+            return None
+        text, cancel, _link = self.deferred
+        self.deferred = None
+        cancel()
+        return text
+
+    def on_disconnect(self, link: DeviceLink) -> None:
+        """A text that waited on ``link`` is dropped with it."""
+        if self.deferred is not None and self.deferred[2] is link:
+            self.cancel_deferred()
+
+    def _start(self, link: DeviceLink, text: str) -> None:
         """``listen detect`` with text that is not a wake phrase: a typed utterance."""
+        runner = self._runner
         run = Run(link)
-        previous = self._begin(run)
-        if (conversation := self.device.conversation_of(link)) is not None:
+        previous = runner.begin(run)
+        if (conversation := runner.device.conversation_of(link)) is not None:
             conversation.heard()  # typing is taking part: silence is counted anew from the next turn
-        run.task = self._config_entry().async_create_background_task(
-            self.hass, self._async_run_text(run, text, previous), f"xiaozhi_local text {self.device.mac}"
-        )
+        run.task = runner.background(self._async_run(run, text, previous), "text")
 
-    async def _async_run_text(self, run: Run, text: str, previous: Run | None) -> None:
+    async def _async_run(self, run: Run, text: str, previous: Run | None) -> None:
         """The pipeline from the intent stage, as ``async_accept_pipeline_from_satellite`` runs it.
 
         HA 2026.10/11 has no public way for a satellite to run the pipeline from text, so this
@@ -82,51 +104,52 @@ class TextMixin(SatelliteBase):  # pylint: disable=home-assistant-enforce-class-
         state), its pipeline choice and its extra system prompt (``start_conversation``). The run
         is this satellite's own task, so a disconnect, an abort or a new turn cancels it.
         """
-        await self._async_after(previous)
+        runner, satellite = self._runner, self._satellite
+        await runner.async_after(previous)
         if run.cancelled:
             return
         run.link.touch()
-        self._send_to(run, voice.stt(text))  # clients draw the user's line from it
-        pipeline = self._pipeline()
+        runner.send_to(run, voice.stt(text))  # clients draw the user's line from it
+        pipeline = runner.pipeline()
         # Shown, not spoken, without text-to-speech, or where no audio can reach the device yet (an
         # MQTT device that typed before its microphone's first datagram proved its UDP address).
         run.text_only = not pipeline.tts_engine or not run.link.audio_open
         if pipeline.tts_engine and not run.link.audio_open:
-            _LOGGER.debug("Device %s: no audio channel yet; its answer is shown as text", self.device.mac)
+            _LOGGER.debug("Device %s: no audio channel yet; its answer is shown as text", runner.device.mac)
         context = Context()
-        self.async_set_context(context)
-        extra_system_prompt, self._extra_system_prompt = self._extra_system_prompt, None
-        self._run_has_tts = False  # as HA's own run: its state follows this run's events
-        self._pipeline_task = asyncio.current_task()  # as HA's own run: its announcements cancel it
-        self._events_for = run
+        satellite.async_set_context(context)
+        extra_system_prompt, satellite._extra_system_prompt = satellite._extra_system_prompt, None
+        satellite._run_has_tts = False  # as HA's own run: its state follows this run's events
+        satellite._pipeline_task = asyncio.current_task()  # as HA's own run: its announcements cancel it
+        runner.events_for = run
         try:
             with chat_session.async_get_chat_session(
-                self.hass, self._conversation_id, **({"context": None} if _SESSION_TAKES_CONTEXT else {})
+                runner.hass, satellite._conversation_id, **({"context": None} if _SESSION_TAKES_CONTEXT else {})
             ) as session:
-                self._conversation_id = session.conversation_id
+                satellite._conversation_id = session.conversation_id
                 pipeline_input = PipelineInput(
                     run=PipelineRun(
-                        self.hass,
+                        runner.hass,
                         context=context,
                         pipeline=pipeline,
                         start_stage=PipelineStage.INTENT,
                         end_stage=PipelineStage.INTENT if run.text_only else PipelineStage.TTS,
-                        event_callback=self._internal_on_pipeline_event,
-                        tts_audio_output=self.tts_options,
+                        event_callback=satellite._internal_on_pipeline_event,
+                        tts_audio_output=satellite.tts_options,
                     ),
                     session=session,
                     intent_input=text,
                     conversation_extra_system_prompt=extra_system_prompt,
-                    device_id=self.registry_entry.device_id if self.registry_entry else None,
-                    satellite_id=self.entity_id,
+                    device_id=satellite.registry_entry.device_id if satellite.registry_entry else None,
+                    satellite_id=satellite.entity_id,
                 )
                 await pipeline_input.execute(validate=True)
         except Exception:
-            _LOGGER.exception("Device %s: the text pipeline failed", self.device.mac)
+            _LOGGER.exception("Device %s: the text pipeline failed", runner.device.mac)
         finally:
-            if self._pipeline_task is asyncio.current_task():
-                self._pipeline_task = None
-            if self._events_for is run:
-                self._events_for = None
+            if satellite._pipeline_task is asyncio.current_task():
+                satellite._pipeline_task = None
+            if runner.events_for is run:
+                runner.events_for = None
             if run.tts_task is None and not run.cancelled:
-                self._finished(run)
+                runner.finished(run)
