@@ -5,12 +5,14 @@ only the integration can tell (its hub, a link's MCP client) is reached here and
 a change of the internals changes this module, not every test.
 """
 
+import asyncio
 from typing import Any
 
 from homeassistant.config_entries import ConfigEntry
 from homeassistant.core import HomeAssistant
 
 from custom_components.xiaozhi_local.const import DOMAIN
+from custom_components.xiaozhi_local.device import XiaozhiDevice
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from custom_components.xiaozhi_local.link import DeviceLink
 from custom_components.xiaozhi_local.protocol.mcp_client import McpClient
@@ -37,3 +39,34 @@ def hello_of(link: DeviceLink) -> ClientHello | None:
 def session_id_of(link: DeviceLink) -> str:
     """The session id of ``link``'s conversation."""
     return str(link.session.session_id)
+
+
+async def uplink_decoded(device: XiaozhiDevice) -> None:
+    """Until every packet fed to the device's current listening turn is decoded and queued."""
+    satellite: Any = device.voice
+    run = satellite._runner.run if satellite is not None else None
+    if run is None or run.turn is None or run.turn.decoder is None:
+        return
+    drained = asyncio.Event()
+    run.turn.decoder.when_drained(drained.set)
+    await drained.wait()
+
+
+def listening_turn(device: XiaozhiDevice) -> bool:
+    """Whether the device's satellite runs a listening turn that still takes audio."""
+    satellite: Any = device.voice
+    run = satellite._runner.run if satellite is not None else None
+    return run is not None and run.turn is not None and not run.turn.ended
+
+
+def wake_phrase_of(device: XiaozhiDevice) -> str | None:
+    """The wake phrase the device's satellite holds for its next turn."""
+    satellite: Any = device.voice
+    phrase: str | None = satellite._listening.wake_phrase
+    return phrase
+
+
+def text_waiting(device: XiaozhiDevice) -> bool:
+    """Whether a ``listen detect`` text waits to be told apart (wake word or typed text)."""
+    satellite: Any = device.voice
+    return satellite._text.deferred is not None

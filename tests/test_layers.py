@@ -263,14 +263,14 @@ def test_only_the_device_writes_its_attributes(tmp_path: Path) -> None:
 
 
 def test_tests_reach_the_internals_through_one_module() -> None:
-    """Only ``tests/internals.py`` reads a config entry's ``runtime_data`` or a link's ``.session``:
-    when the internals move, that module changes, not every test."""
+    """Only ``tests/internals.py`` reads a config entry's ``runtime_data``, a link's ``.session`` or
+    the satellite's helpers: when the internals move, that module changes, not every test."""
     tests = Path(__file__).parent
+    back_doors = ("runtime_data", ".session.", "._runner", "._listening", "._text.", "._playback")
     readers = sorted(
         str(path.relative_to(tests))
         for path in tests.rglob("*.py")
-        if path.name not in ("internals.py", "test_layers.py")
-        and ("runtime_data" in path.read_text() or ".session." in path.read_text())
+        if path.name not in ("internals.py", "test_layers.py") and any(door in path.read_text() for door in back_doors)
     )
     assert readers == []
     assert "runtime_data" in (tests / "internals.py").read_text()  # the back door is where it is said to be
@@ -322,3 +322,21 @@ def test_client_families_are_data_in_the_simulator() -> None:
     assert {name: lines for name, lines in compared.items() if lines} == {}
     assert flavor_names_compared('if options.flavor in ("browser", "x"):\n    pass\n', names) == [1]  # it sees one
     assert set(PROFILES) == names
+
+
+def test_the_satellite_is_one_entity_that_owns_its_helpers() -> None:
+    """No chain of entity mixins: the helpers in ``satellite/`` are plain classes (none is an
+    entity), and nothing silences Home Assistant's one-entity-class-per-platform rule."""
+    for path in sorted((COMPONENT / "satellite").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(base) for base in node.bases}
+                assert not any("Entity" in base or "Mixin" in base for base in bases), (
+                    f"{path.name}: {node.name}({', '.join(sorted(bases))}) is a part of the entity again"
+                )
+    disables = [
+        str(path.relative_to(COMPONENT))
+        for path in COMPONENT.rglob("*.py")
+        if "enforce-class-module" in path.read_text()
+    ]
+    assert disables == []

@@ -27,7 +27,7 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, MAC, DeviceFactory, mqtt_online, served_hub, wait_for, wait_settled, ws_url
 from .helpers import Clock, announce, resources, until
-from .internals import hub_of, mcp_of
+from .internals import hub_of, listening_turn, mcp_of
 from .voice import Voice, speech_pcm
 
 TIMEOUT = DEFAULT_SILENCE_TIMEOUT
@@ -97,11 +97,14 @@ async def silence_ends_it(device: SimulatedDevice, clock: Clock, before: int) ->
     assert not device.mqtt.audio_channel_open
 
 
-async def listening_again(device: SimulatedDevice, sent: int) -> None:
-    """After its reply an auto-mode device listens again (``listen start``); the server has it."""
+async def listening_again(device: SimulatedDevice, xdev: XiaozhiDevice, sent: int) -> None:
+    """After its reply an auto-mode device listens again (``listen start``); the server has it.
+
+    The reply's run had a turn whose audio ended, or none (typed text): a turn taking audio is
+    the new one, its silence clock running.
+    """
     await until(lambda: any(m.get("type") == "listen" and m.get("state") == "start" for m in device.sent[sent:]))
-    for _ in range(5):
-        await asyncio.sleep(0.01)
+    await until(lambda: listening_turn(xdev))
 
 
 async def answered(device: SimulatedDevice, marker: int) -> None:
@@ -167,7 +170,7 @@ async def test_mqtt_device_through_twenty_conversations(
             await device.say(speech_pcm())
             sent = len(device.sent)
             await answered(device, marker)
-            await listening_again(device, sent)
+            await listening_again(device, xdev, sent)
             await silence_ends_it(device, clock, before)
         elif ending == "device_goodbye":
             device.relisten = False
@@ -211,7 +214,7 @@ async def test_typed_text_counts_as_taking_part(
     marker, sent = len(device.log), len(device.sent)
     await device.type_text("what time is it")
     await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 30, after=marker)
-    await listening_again(device, sent)  # the page listens on after the reply
+    await listening_again(device, xdev, sent)  # the page listens on after the reply
     await clock.advance(10)  # over the timeout since it began listening; far less since it typed
     for _ in range(10):
         await asyncio.sleep(0.01)
@@ -337,7 +340,7 @@ async def test_websocket_clients_through_many_conversations(
             await device.say(speech_pcm())
             await answered(device, marker)
             if flavor != "browser":  # the page streams on instead of a new listen start
-                await listening_again(device, sent)
+                await listening_again(device, xdev, sent)
             await clock.advance(TIMEOUT + 1)
         elif ending == "typed":
             await device.type_text("what time is it")
@@ -396,7 +399,7 @@ async def test_conversations_go_on_across_a_home_assistant_restart(
             sent = len(device.sent)
             await device.say(speech_pcm())
             await answered(device, marker)
-            await listening_again(device, sent)
+            await listening_again(device, xdev, sent)
             await silence_ends_it(device, clock, before)
 
 

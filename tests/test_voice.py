@@ -14,10 +14,11 @@ import pytest
 
 from custom_components.xiaozhi_local.const import DOMAIN, EVENT_NOTIFICATION
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
+from xiaozhi_sim.voice import mic_packets
 
 from .conftest import MAC, TOKEN, wait_settled, ws_url
-from .helpers import EventWaiter, announce
-from .internals import hub_of
+from .helpers import EventWaiter, announce, until
+from .internals import hub_of, uplink_decoded
 from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
 
 
@@ -443,7 +444,11 @@ async def test_a_microphone_that_stops_sending_ends_the_utterance(
     block = 320  # 10 ms
     last_loud = max(i for i in range(0, len(pcm) - block, block) if loud_seconds(pcm[i : i + block + 2]) > 0)
     await device.say(pcm[: last_loud + block], silence_after=0)  # ends on speech
-    await asyncio.sleep(0.3)  # the last packets decoded and in the pipeline
+    link = hub_of(hass).devices[MAC].link
+    assert link is not None
+    sent = len(mic_packets(pcm[: last_loud + block], device.frame_ms))
+    await until(lambda: link.audio_frames >= sent)  # every packet reached the satellite
+    await uplink_decoded(hub_of(hass).devices[MAC])  # … and is decoded, in the pipeline
     assert not any(m["type"] == "stt" for m in device.log)  # still listening
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=AUDIO_GAP_TIMEOUT + 0.5))
     await tts_stops(device)

@@ -49,7 +49,7 @@ from .conftest import (
 )
 from .esp_sr import BROKEN, MODES, EspSr, word_of
 from .helpers import resources, wait_entity
-from .internals import hub_of
+from .internals import hub_of, text_waiting, wake_phrase_of
 from .test_lifecycle import no_cyclic_gc, nothing_grew
 
 ENTITY = "select.kitchen_wake_word"
@@ -196,10 +196,9 @@ async def test_the_new_phrase_is_a_wake_word_not_a_question(
     await detect(device, "Hey,Willow")
     await wait_entity(hass, ENTITY, lambda s: s.attributes.get("phase") == "done")
     assert xdev.chosen_wake_word == "Hey Willow"
-    satellite: Any = xdev.voice
-    assert satellite is not None
-    assert satellite._listening.wake_phrase == "Hey,Willow"  # taken as the wake word, not typed text
-    assert satellite._text.deferred is None
+    assert xdev.voice is not None
+    assert wake_phrase_of(xdev) == "Hey,Willow"  # taken as the wake word, not typed text
+    assert not text_waiting(xdev)
 
 
 async def test_a_device_that_wakes_on_another_word_fails_the_change(
