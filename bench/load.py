@@ -475,6 +475,10 @@ async def load(
         f"{FIRST_FRAME_GAP * 1000:.0f} ms first-frame gap, send): "
         f"TTS asked → first packet at the device (p50 / p99) | {ms(voice['downlink'], 50)} / "
         f"{ms(voice['downlink'], 99)} ms | |",
+        f"| The device's Response time sensor against that measure: the device's figure minus the "
+        f"sensor's, {len(voice['sensor_off'])} turns (p50 / p99 / min) | {pct(voice['sensor_off'], 50) * 1000:.1f} / "
+        f"{pct(voice['sensor_off'], 99) * 1000:.1f} / {min(voice['sensor_off'], default=0) * 1000:.1f} ms | "
+        f"p99 ≤ 5 ms |",
         f"| Downlink pacing at the device, {voice['packets']} packets (lateness p50 / p99 / max) | "
         f"{pct(voice['late'], 50) * 1000:.1f} / {pct(voice['late'], 99) * 1000:.1f} / "
         f"{max(voice['late'], default=0) * 1000:.1f} ms; {voice['gaps']} packets after the speaker needed them | "

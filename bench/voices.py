@@ -106,7 +106,7 @@ async def voice_turns(run: Run, voices: Voices, *, mode: str, wake: bool, silenc
     if profile := probe.get("profile"):  # BENCH_PROFILE=1: HA's loop thread, inclusive shares
         print("\n".join(f"{share:5.1f} %  {name}" for name, share in profile.items()), file=sys.stderr)
     seen = {turn["mac"]: turn for turn in probe.get("voice", []) if turn["mac"]}
-    keys = ("wake_to_audio", "perceived", "ended", "behind", "heard", "pipeline", "downlink", "late")
+    keys = ("wake_to_audio", "perceived", "ended", "behind", "heard", "pipeline", "downlink", "late", "sensor_off")
     out: dict[str, Any] = {key: [] for key in keys}
     gaps = packets = 0
     errors = [turn["error"] for turn in turns if "error" in turn]
@@ -124,6 +124,9 @@ async def voice_turns(run: Run, voices: Voices, *, mode: str, wake: bool, silenc
         out["heard"].append(heard["audio_s"])
         out["pipeline"].append(heard["tts_at"] - heard["stt_end"])
         out["downlink"].append(first - heard["tts_at"])
+        if mode == "manual" and (shown := probe.get("response_ms", {}).get(turn["mac"])) is not None:
+            # The device's Response time sensor against the device's own measure (both from the release).
+            out["sensor_off"].append(first - turn["spoken_end"] - shown / 1000)
         turn_late, turn_gaps = lateness(arrivals)
         out["late"] += turn_late
         gaps += turn_gaps

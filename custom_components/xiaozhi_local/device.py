@@ -37,6 +37,7 @@ from .protocol.mcp import McpError, McpTimeoutError, McpTool, ServerInfo, ToolRe
 from .restarts import OwedRestarts
 from .store.cache import DeviceCache
 from .tasks import watched
+from .timings import ResponseTimes
 from .tools.notifications import DeviceNotifications
 from .tools.readings import REPORT_SAVE_DELAY, DeviceValues
 from .tools.table import canonical_tools
@@ -97,6 +98,7 @@ class XiaozhiDevice:
         """Its last query results and its waiting settings (tools/readings.py)."""
         self.vision_token = ExpiringToken(VISION_TOKEN_TTL, hass.loop)
         """The short-lived token for camera uploads (sent in ``initialize``; not the main token)."""
+        self.response_times = ResponseTimes()  # the wait people feel (timings.py)
         self.photo: bytes | None = None  # the last camera photo (JPEG)
         self.photo_at: datetime | None = None
         self.facts = kept.facts

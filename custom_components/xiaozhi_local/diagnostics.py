@@ -59,6 +59,7 @@ def _device(device: XiaozhiDevice, firmware: FirmwareUpdates) -> dict[str, Any]:
         if device.photo is not None
         else None,
         "voice": device.voice is not None,
+        "response_times": list(device.response_times.recent),  # the last turns' stages (timings.py)
         "firmware": firmware.diagnostics(device),
     }
     if link is not None and session is not None:

@@ -1,15 +1,22 @@
-"""Sensors: what ``self.get_device_status`` reports, and the transport a device is on.
+"""Sensors: what ``self.get_device_status`` reports, the transport a device is on, its response time.
 
 Battery, network, signal, SSID, carrier and chip temperature come from the device's status; the
-Transport sensor says whether it is on MQTT+UDP or WebSocket, and whether a change waits.
+Transport sensor says whether it is on MQTT+UDP or WebSocket, and whether a change waits; the
+Response time sensor shows the wait people feel, end of speech → first sound (``timings.py``).
 """
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from homeassistant.components.sensor import SensorDeviceClass, SensorEntity, SensorEntityDescription, SensorStateClass
-from homeassistant.const import PERCENTAGE, EntityCategory, UnitOfTemperature
-from homeassistant.core import HomeAssistant
+from homeassistant.components.sensor import (
+    RestoreSensor,
+    SensorDeviceClass,
+    SensorEntity,
+    SensorEntityDescription,
+    SensorStateClass,
+)
+from homeassistant.const import PERCENTAGE, EntityCategory, UnitOfTemperature, UnitOfTime
+from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from homeassistant.helpers.typing import StateType
@@ -100,6 +107,16 @@ TRANSPORT = SensorEntityDescription(
     entity_category=EntityCategory.DIAGNOSTIC,
 )
 
+RESPONSE_TIME = SensorEntityDescription(
+    key="response_time",
+    translation_key="response_time",
+    device_class=SensorDeviceClass.DURATION,
+    state_class=SensorStateClass.MEASUREMENT,
+    native_unit_of_measurement=UnitOfTime.MILLISECONDS,
+    suggested_display_precision=0,
+    entity_category=EntityCategory.DIAGNOSTIC,
+)
+
 PARALLEL_UPDATES = 0
 
 
@@ -111,7 +128,11 @@ async def async_setup_entry(
     hub = entry.runtime_data
 
     def candidates(device: XiaozhiDevice) -> Iterable[tuple[str, Callable[[], Entity]]]:
-        return [("transport_state", lambda: XiaozhiTransportSensor(hub, device)), *rows(device)]
+        return [
+            ("transport_state", lambda: XiaozhiTransportSensor(hub, device)),
+            ("response_time", lambda: XiaozhiResponseTimeSensor(device)),
+            *rows(device),
+        ]
 
     async_setup_device_entities(hass, entry, async_add_entities, candidates)
 
@@ -144,3 +165,36 @@ class XiaozhiTransportSensor(XiaozhiEntity, SensorEntity):
     def native_value(self) -> str:
         """The state (``transport.TransportState``)."""
         return transport.state(self.hub, self.device).value
+
+
+class XiaozhiResponseTimeSensor(XiaozhiEntity, RestoreSensor):
+    """End of speech → the first frame of the answer at the device, in ms, after each turn.
+
+    The stages of the last turn are its attributes, in ms after the end of speech; they are not
+    recorded (the state is, with statistics). The last value is restored after a restart.
+    """
+
+    _unrecorded_attributes = frozenset({"kind", "stages_ms"})
+
+    def __init__(self, device: XiaozhiDevice) -> None:
+        super().__init__(device, RESPONSE_TIME)
+
+    async def async_added_to_hass(self) -> None:
+        """Follow the device's turns (not every change of the device); restore the last value."""
+        self.async_on_remove(self.device.response_times.async_add_listener(self._answered))
+        if (last := await self.async_get_last_sensor_data()) is not None and self.device.response_times.last is None:
+            self._attr_native_value = last.native_value
+
+    @callback
+    def _answered(self) -> None:
+        stages = self.device.response_times.last
+        if stages is None:
+            return
+        self._attr_native_value = stages.response_ms
+        self._attr_extra_state_attributes = {"kind": stages.kind, "stages_ms": stages.offsets_ms()}
+        self.async_write_ha_state()
+
+    @property
+    def available(self) -> bool:
+        """Always: the last turn's figure stays while the device is away."""
+        return True

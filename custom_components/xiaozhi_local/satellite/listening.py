@@ -26,6 +26,7 @@ from ..protocol.opus import Decoded, ThreadedDecoder
 from ..protocol.pcm import AudioError
 from ..protocol.voice import VoiceError, is_wake_phrase, parse_listen
 from ..sound.media import audio_executor
+from ..timings import Stages
 from .runner import Runner
 from .runs import (
     EARLY_AUDIO_PACKETS,
@@ -52,6 +53,7 @@ class Listening:
         self._text = text
         self._accept = accept
         self.wake_phrase: str | None = None
+        self._woke_at: float | None = None  # when the wake phrase came (a turn's first stage)
         self._early_audio: deque[tuple[DeviceLink, float, bytes]] = deque(maxlen=EARLY_AUDIO_PACKETS)
 
     def push_to_talk(self) -> bool:
@@ -87,10 +89,13 @@ class Listening:
                 link.log.report("stop_without_start", "listen stop without a listen start")
                 return
             turn = run.turn
+            if run.stages is not None:
+                run.stages.mark("speech_end", runner.hass.loop.time())  # released: the user stopped
             assert turn.decoder is not None
             turn.decoder.when_drained(turn.end_audio)  # the audio sent before the stop still counts
         elif is_wake_phrase(listen.text) or listen.text == runner.device.expected_wake_word:
             self.wake_phrase = listen.text
+            self._woke_at = runner.hass.loop.time()
         else:
             self._text.defer(link, listen.text)
 
@@ -142,13 +147,17 @@ class Listening:
     def _start_turn(self, link: DeviceLink, mode: str) -> None:
         runner = self._runner
         hass = runner.hass
+        now = hass.loop.time()
         if (custom_wake_word := self._text.cancel_deferred()) is not None:
-            self.wake_phrase = custom_wake_word
+            self.wake_phrase, self._woke_at = custom_wake_word, self._text.deferred_at
         turn = Turn(mode, asyncio.Queue(MAX_QUEUED_CHUNKS))
         turn.decoder = ThreadedDecoder(partial(self._decoded, link, turn), audio_executor(hass))
-        run = Run(link, turn)
+        run = Run(link, turn, stages=Stages("voice"))
         previous = runner.begin(run)  # a new listen start ends what runs (barge-in, a new question)
         wake_phrase, self.wake_phrase = self.wake_phrase, None
+        woke_at, self._woke_at = self._woke_at, None
+        assert run.stages is not None
+        run.stages.mark("wake", woke_at if wake_phrase is not None and woke_at is not None else now)
         if mode != "manual":
             # Counted from when the device started listening with nobody speaking since, on the
             # conversation's clock (a client that listens without opening one: the turn's own).
@@ -223,6 +232,8 @@ class Listening:
             turn.cancel_gap = None
             if turn.heard_speech:
                 _LOGGER.debug("Device %s: its microphone stopped sending; ending the utterance", mac)
+                if (run := self._runner.run) is not None and run.turn is turn and run.stages is not None:
+                    run.stages.mark("speech_end", self._runner.hass.loop.time())
                 turn.end_audio()
 
         turn.cancel_gap = async_call_later(self._runner.hass, AUDIO_GAP_TIMEOUT, gap)

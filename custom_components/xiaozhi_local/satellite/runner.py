@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Final
 
 from homeassistant.components.assist_pipeline import (
     Pipeline,
@@ -40,6 +40,14 @@ from .runs import (
 )
 
 _LOGGER = logging.getLogger(__package__)
+
+STAGES_OF: Final = {
+    PipelineEventType.STT_VAD_END: ("speech_end",),
+    # The release or HA's VAD marked the end of speech before; else the transcript is the end.
+    PipelineEventType.STT_END: ("speech_end", "transcript"),
+    PipelineEventType.INTENT_END: ("answer",),
+}
+"""The stages of a turn (``timings.py``) each pipeline event marks."""
 
 
 class Runner:
@@ -183,6 +191,9 @@ class Runner:
             return
         data = event.data or {}
         turn = run.turn
+        if run.stages is not None:
+            for stage in STAGES_OF.get(event.type, ()):
+                run.stages.mark(stage, self.hass.loop.time())
         match event.type:
             case PipelineEventType.RUN_START:
                 run.tts_token = (data.get("tts_output") or {}).get("token")
@@ -272,10 +283,13 @@ class Runner:
         """
         if respond:
             source = self._reply_then_media(run, source)
+        watch = run.stages if respond else None
         try:
-            await speaker.async_speak(self.hass, run.link, source, lambda: run.tts_text)
+            await speaker.async_speak(self.hass, run.link, source, lambda: run.tts_text, watch)
         finally:
             if respond and not run.cancelled:
+                if run.stages is not None:
+                    self.device.response_times.add(run.stages)
                 self._replied(run)
                 self.finished(run)
 

@@ -18,6 +18,7 @@ from homeassistant.core import CALLBACK_TYPE
 
 from ..link import DeviceLink
 from ..protocol.opus import ThreadedDecoder
+from ..timings import Stages
 
 EARLY_AUDIO_PACKETS: Final = 16
 EARLY_AUDIO_WINDOW: Final = 1.0
@@ -90,6 +91,7 @@ class Run:
     media_check: Callable[[Any], None] | None = None  # closes ``then_media`` once the run ended without it
     took_media: bool = False  # the reply's end has passed: media asked for now starts on its own
     replied: bool = False  # Home Assistant was told the reply is over
+    stages: Stages | None = None  # a turn's (voice or typed) stages, on the loop's clock
 
     def cancel(self) -> None:
         """Stop everything of it: audio (and the turn's timers), pipeline, speech."""

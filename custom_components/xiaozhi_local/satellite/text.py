@@ -23,6 +23,7 @@ from homeassistant.helpers.event import async_call_later
 
 from ..link import DeviceLink
 from ..protocol import voice
+from ..timings import Stages
 from .runner import Runner
 from .runs import WAKE_WORD_FOLLOW_UP, Run
 
@@ -57,6 +58,8 @@ class TypedText:
         self._satellite = satellite
         self.deferred: tuple[str, CALLBACK_TYPE, DeviceLink] | None = None
         """A ``listen detect`` text waiting to be told apart: (text, cancel, link)."""
+        self.deferred_at: float | None = None
+        """When that text came (the user's input ended then, or the wake word was said)."""
 
     def defer(self, link: DeviceLink, text: str) -> None:
         """Decide what a ``listen detect`` text that is no known wake phrase means.
@@ -65,11 +68,12 @@ class TypedText:
         back); otherwise a typed utterance.
         """
         self.cancel_deferred()
+        came = self.deferred_at = self._runner.hass.loop.time()
 
         @callback
         def typed(_now: Any) -> None:
             self.deferred = None
-            self._start(link, text)
+            self._start(link, text, came)
 
         self.deferred = (text, async_call_later(self._runner.hass, WAKE_WORD_FOLLOW_UP, typed), link)
 
@@ -87,10 +91,10 @@ class TypedText:
         if self.deferred is not None and self.deferred[2] is link:
             self.cancel_deferred()
 
-    def _start(self, link: DeviceLink, text: str) -> None:
+    def _start(self, link: DeviceLink, text: str, came: float) -> None:
         """``listen detect`` with text that is not a wake phrase: a typed utterance."""
         runner = self._runner
-        run = Run(link)
+        run = Run(link, stages=Stages("typed", wake=came, speech_end=came))
         previous = runner.begin(run)
         if (conversation := runner.device.conversation_of(link)) is not None:
             conversation.heard()  # typing is taking part: silence is counted anew from the next turn

@@ -56,6 +56,16 @@ class Named(Protocol):
         """Its MAC address."""
 
 
+class SpeechWatch(Protocol):
+    """Who wants to know when speech reached the device (a turn's stages: ``timings.py``)."""
+
+    def first_pcm(self, at: float) -> None:
+        """The source's first audio came, at ``at`` (the loop's clock)."""
+
+    def frame_sent(self, at: float) -> None:
+        """A frame went to the device, at ``at``."""
+
+
 class SpeakerLink(Protocol):
     """What speech needs of a connection (a device's link, or a pairing session's socket)."""
 
@@ -74,12 +84,17 @@ class SpeakerLink(Protocol):
 
 
 async def async_speak(
-    hass: HomeAssistant, link: SpeakerLink, source: AsyncIterator[bytes] | None, text: TextSource
+    hass: HomeAssistant,
+    link: SpeakerLink,
+    source: AsyncIterator[bytes] | None,
+    text: TextSource,
+    watch: SpeechWatch | None = None,
 ) -> None:
     """``tts start``, paced Opus, the text's sentences as they are heard, then always ``tts stop``.
 
     ``source`` None shows the text without speech (typed text answered without TTS). Returns
-    once the device has played it all, or when the link or the source broke (logged).
+    once the device has played it all, or when the link or the source broke (logged). ``watch``
+    hears of the first audio and of every frame sent.
     """
     loop = asyncio.get_running_loop()
     await link.async_send_json(voice.tts_start())
@@ -93,13 +108,18 @@ async def async_speak(
             nonlocal shown
             shown = await _show_sentences(link, text, shown, offset_ms / 1000)
             link.touch()
-            return await link.async_send_audio(packet, offset_ms)
+            sent = await link.async_send_audio(packet, offset_ms)
+            if sent and watch is not None:
+                watch.frame_sent(loop.time())
+            return sent
 
         with downlink_encoder(hass) as encoder:
             pacer = Pacer(
                 encoder, send, lead=TTS_LEAD, not_before=loop.time() + FIRST_FRAME_GAP, executor=audio_executor(hass)
             )
             async for pcm in source:
+                if watch is not None:
+                    watch.first_pcm(loop.time())
                 await pacer.feed(pcm)
             shown = await _show_sentences(link, text, shown, math.inf)
             await pacer.finish()  # returns once the device has played it all
