@@ -67,10 +67,13 @@ def prepare(
     accept_without_code: bool = False,
     mqtt_port: int | None = None,
     websocket_macs: frozenset[str] = frozenset(),
+    nearest: bool = False,
 ) -> None:
     """A config dir like script/develop's, with ``devices`` paired and the probe installed.
 
     ``mqtt_port``: the hub hands out MQTT (TCP and UDP on that port), except to ``websocket_macs``.
+    ``nearest``: only the nearest of the devices that hear one wake word answers. Off by default:
+    the benches' devices talk at once as if each were in a room of its own.
     """
     spec = importlib.util.spec_from_file_location("dev_setup", ROOT / "script" / "dev_setup.py")
     assert spec is not None
@@ -90,6 +93,7 @@ def prepare(
             "mqtt": mqtt_port is not None,
             "mqtt_port": mqtt_port or 0,
             "udp_port": mqtt_port or 0,
+            "nearest_answers": nearest,
         },
         {mac: {"transport": "websocket"} for mac in websocket_macs},
     )

@@ -70,3 +70,9 @@ def text_waiting(device: XiaozhiDevice) -> bool:
     """Whether a ``listen detect`` text waits to be told apart (wake word or typed text)."""
     satellite: Any = device.voice
     return satellite._text.deferred is not None
+
+
+def wake_audio_kept(device: XiaozhiDevice) -> int:
+    """Bytes of audio the device's satellite keeps from outside a turn (its wake word's, maybe)."""
+    satellite: Any = device.voice
+    return sum(len(packet) for _link, _at, packet in satellite._listening._before_turn)

@@ -189,6 +189,8 @@ async def test_options(hass: HomeAssistant, setup_integration: MockConfigEntry) 
         "websocket_url": "",
         "silence_timeout": 20,
         "idle_timeout": 300,
+        "nearest_answers": True,
+        "nearest_by_area": False,
         "ai_task_entity": "",
         "mqtt": False,
         "mqtt_port": 1885,

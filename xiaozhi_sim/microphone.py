@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from websockets.exceptions import ConnectionClosed
 
-from .voice import UPLINK_RATE, frame, mic_packets
+from .voice import UPLINK_RATE, frame, mic_packets, wake_clip
 
 if TYPE_CHECKING:
     from .device import SimulatedDevice
@@ -38,6 +38,11 @@ async def say(
         await _say_as_load_tester(device, pcm)
         return
     device.listening_mode = mode
+    if wake_word is not None and device.options.wake_level_db is not None:
+        # The wake word's own audio first, in a burst (``EncodeWakeWordData``, then the queue is sent).
+        clip = wake_clip(device.options.wake_level_db, device.options.noise_db)
+        for packet in mic_packets(clip, device.frame_ms):
+            await device.send_raw(frame(device.options.protocol_version, packet))
     if wake_word is not None:
         await device.send_json(
             {"session_id": device.session_id, "type": "listen", "state": "detect", "text": wake_word}

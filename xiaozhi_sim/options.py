@@ -75,6 +75,12 @@ class SimulatorOptions:
     """Its first assets download breaks off after this many bytes (then the partition is broken)."""
     assets_pack: bytes | None = None
     """What its assets partition holds at first (None: a default pack that wakes on 你好小智)."""
+    wake_level_db: float | None = None
+    """Waking by its wake word (``say(wake_word=…)``), it first sends the wake word's own audio (about
+    2 s of Opus, ``CONFIG_SEND_WAKE_WORD_DATA``) with speech at this level (dBFS) over its noise
+    (``noise_db``), as the firmware does. None: no wake audio (a build without the option)."""
+    noise_db: float = -50.0
+    """The level (dBFS) of the room's noise in its wake audio; with a microphone of more gain, both rise."""
     reboots: bool = False
     """After a reboot it boots again by itself, as a real device does: the OTA check (where a
     ``firmware`` in the answer is installed), then its transport. Off: the caller boots it."""

@@ -8,6 +8,8 @@ import contextlib
 from fractions import Fraction
 from functools import lru_cache
 import io
+import math
+import random
 import struct
 
 import av
@@ -144,3 +146,23 @@ def decode_ogg_opus(data: bytes, rate: int = 24000) -> bytes:
             out += bytes(frame_.planes[0])[: frame_.samples * 2]
     container.close()
     return bytes(out)
+
+
+def wake_clip(level_db: float, noise_db: float, seconds: float = 2.0) -> bytes:
+    """A wake word as a microphone records it: 16 kHz s16 mono, the same every time (seeded).
+
+    A voiced sound at ``level_db`` (RMS, dBFS) from 0.4 s to 1.6 s, over steady noise at ``noise_db``.
+    """
+    rng = random.Random(7)
+    count = int(UPLINK_RATE * seconds)
+    noise = 32767 * 10 ** (noise_db / 20) * math.sqrt(3)  # uniform noise of that RMS
+    voice = 32767 * 10 ** (level_db / 20) * math.sqrt(2) / math.sqrt(1 + 1 / 4 + 1 / 9)
+    start, end = int(0.4 * UPLINK_RATE), int(1.6 * UPLINK_RATE)
+    samples = []
+    for n in range(count):
+        value = rng.uniform(-noise, noise)
+        if start <= n < end:
+            t = n / UPLINK_RATE
+            value += voice * sum(math.sin(2 * math.pi * 180 * k * t) / k for k in (1, 2, 3))
+        samples.append(max(-32768, min(32767, round(value))))
+    return struct.pack(f"<{count}h", *samples)

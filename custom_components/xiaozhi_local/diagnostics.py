@@ -118,6 +118,7 @@ async def async_get_config_entry_diagnostics(hass: HomeAssistant, entry: Xiaozhi
             "refused_files": dict(hub.firmware.catalog.local.refused),
         },
         "devices": [_device(device, hub.firmware) for device in hub.devices.values()],
+        "nearest": list(hub.nearest.recent),  # the last wakes several devices heard, and who answered
     }
 
 

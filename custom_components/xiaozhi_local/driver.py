@@ -197,6 +197,7 @@ class HubDriver:
         """
         self.hub.stopping = True
         self.hub.firmware.async_cancel_all()
+        self.hub.nearest.shutdown()
         for device in list(self.hub.devices.values()):
             self.hub.wake_words.async_cancel(device)
         if self.hub.mqtt is not None:

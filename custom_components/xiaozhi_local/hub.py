@@ -15,20 +15,26 @@ from urllib.parse import urlsplit
 
 from homeassistant.config_entries import ConfigEntry
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
+from homeassistant.helpers import device_registry as dr
 from homeassistant.util.hass_dict import HassKey
 
 from .admission.gate import Refused
 from .admission.policy import Admission
 from .admission.urls import assets_url, firmware_url, notify_url, vision_url, websocket_url
 from .const import (
+    CONF_NEAREST,
+    CONF_NEAREST_BY_AREA,
     CONF_WEBSOCKET_URL,
     DOMAIN,
+    EVENT_NEAREST,
 )
 from .device import XiaozhiDevice
 from .firmware.files import LOCAL_FOLDER
 from .firmware.installer import FirmwareUpdates
 from .link import DeviceLink
+from .satellite.nearest import Nearest
 from .sound.announcements import AnnouncementStore
+from .sound.media import audio_executor
 from .store.storage import HubStorage
 from .transport import choice as transport
 from .transport.mqtt import MqttEndpoint
@@ -53,6 +59,17 @@ class XiaozhiHub:
         self.links: set[DeviceLink] = set()  # every open link (sockets before their hello too)
         self.mqtt: MqttEndpoint | None = None  # the always-connected transport, while it listens
         self.announcements = AnnouncementStore(hass, self.notify_url)  # for idle devices that play them (firmware 2.5)
+        self.nearest = Nearest(  # when several devices hear one wake word
+            hass,
+            devices=self.devices.values,
+            settings=lambda: (
+                bool(entry.options.get(CONF_NEAREST, True)),
+                bool(entry.options.get(CONF_NEAREST_BY_AREA, False)),
+            ),
+            area_of=self._area_of,
+            executor=lambda: audio_executor(hass),
+            fire=lambda data: hass.bus.async_fire(EVENT_NEAREST, data),
+        )
         self.firmware = FirmwareUpdates(hass, entry, lambda: self.devices, self.firmware_url)
         self.firmware.catalog.async_configure(dict(entry.options))
         files = WakeWordFiles(
@@ -89,6 +106,11 @@ class XiaozhiHub:
             listener()
 
     @callback
+    def _area_of(self, device: XiaozhiDevice) -> str | None:
+        """The device's area in Home Assistant (None: none)."""
+        entry = dr.async_get(self.hass).async_get(device.device_id)
+        return entry.area_id if entry is not None else None
+
     def async_add_device_listener(self, listener: Callable[[XiaozhiDevice], None]) -> CALLBACK_TYPE:
         """Be told of each device added from now on (platforms add its entities)."""
         self._device_listeners.append(listener)

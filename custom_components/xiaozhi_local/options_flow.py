@@ -23,6 +23,8 @@ from .const import (
     CONF_IDLE_TIMEOUT,
     CONF_MQTT,
     CONF_MQTT_PORT,
+    CONF_NEAREST,
+    CONF_NEAREST_BY_AREA,
     CONF_NEW_PER_HOUR,
     CONF_SILENCE_TIMEOUT,
     CONF_UDP_PORT,
@@ -75,6 +77,8 @@ class XiaozhiOptionsFlow(OptionsFlow):
                         CONF_WEBSOCKET_URL: url,
                         CONF_SILENCE_TIMEOUT: int(user_input[CONF_SILENCE_TIMEOUT]),
                         CONF_IDLE_TIMEOUT: int(user_input.get(CONF_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)),
+                        CONF_NEAREST: bool(user_input.get(CONF_NEAREST, True)),
+                        CONF_NEAREST_BY_AREA: bool(user_input.get(CONF_NEAREST_BY_AREA, False)),
                         CONF_AI_TASK_ENTITY: user_input.get(CONF_AI_TASK_ENTITY) or "",
                         CONF_MQTT: user_input.get(CONF_MQTT, True),
                         CONF_MQTT_PORT: int(user_input.get(CONF_MQTT_PORT, DEFAULT_MQTT_PORT)),
@@ -101,6 +105,8 @@ class XiaozhiOptionsFlow(OptionsFlow):
                         min=30, max=3600, step=1, unit_of_measurement="s", mode=selector.NumberSelectorMode.BOX
                     )
                 ),
+                vol.Required(CONF_NEAREST, default=True): selector.BooleanSelector(),
+                vol.Required(CONF_NEAREST_BY_AREA, default=False): selector.BooleanSelector(),
                 vol.Required(CONF_MQTT, default=True): selector.BooleanSelector(),
                 vol.Required(CONF_MQTT_PORT, default=DEFAULT_MQTT_PORT): selector.NumberSelector(
                     selector.NumberSelectorConfig(min=1, max=65535, step=1, mode=selector.NumberSelectorMode.BOX)

@@ -12,7 +12,8 @@ audio frames), ``opus`` (Opus packets), ``pcm`` (PCM, resampling), ``ogg`` (Ogg 
 ``mqtt`` (the MQTT codec), ``udp`` (the encrypted audio channel), ``firmware`` (ESP app images
 and versions), ``partitions`` (ESP partition tables), ``assets`` (the assets pack and ESP-SR's
 model pack), ``wake_pack`` (what a pack wakes on, and a pack changed to wake on another word),
-``phrases`` (MultiNet wake phrases a model can hear).
+``phrases`` (MultiNet wake phrases a model can hear), ``loudness`` (how near a device was to
+the wake word's speaker, from its own recording).
 """
 
 __version__ = "0.1.0"
@@ -23,6 +24,7 @@ __all__ = [
     "firmware",
     "framing",
     "logs",
+    "loudness",
     "mcp",
     "mcp_client",
     "messages",

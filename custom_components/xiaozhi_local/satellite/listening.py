@@ -32,6 +32,9 @@ from .runs import (
     EARLY_AUDIO_PACKETS,
     EARLY_AUDIO_WINDOW,
     MAX_QUEUED_CHUNKS,
+    MAX_WAKE_PACKET,
+    WAKE_AUDIO_AGE,
+    WAKE_AUDIO_PACKETS,
     Run,
     Turn,
     missing_engines,
@@ -54,6 +57,9 @@ class Listening:
         self._accept = accept
         self.wake_phrase: str | None = None
         self._woke_at: float | None = None  # when the wake phrase came (a turn's first stage)
+        self._before_turn: deque[tuple[DeviceLink, float, bytes]] = deque(maxlen=WAKE_AUDIO_PACKETS)
+        """Audio outside a turn, the last few packets: the wake word's own, when a detect follows."""
+        self._wake_audio: list[bytes] = []  # what came just before the last listen detect
         self._early_audio: deque[tuple[DeviceLink, float, bytes]] = deque(maxlen=EARLY_AUDIO_PACKETS)
 
     def push_to_talk(self) -> bool:
@@ -84,7 +90,8 @@ class Listening:
         run = runner.run
         if listen.state == "start":
             self._start_turn(link, listen.mode)
-        elif listen.state == "stop":
+            return
+        if listen.state == "stop":
             if run is None or run.link is not link or run.turn is None:
                 link.log.report("stop_without_start", "listen stop without a listen start")
                 return
@@ -93,7 +100,9 @@ class Listening:
                 run.stages.mark("speech_end", runner.hass.loop.time())  # released: the user stopped
             assert turn.decoder is not None
             turn.decoder.when_drained(turn.end_audio)  # the audio sent before the stop still counts
-        elif is_wake_phrase(listen.text) or listen.text == runner.device.expected_wake_word:
+            return
+        self._wake_audio = self._take_wake_audio(link)  # detect: what came before it was the wake word
+        if is_wake_phrase(listen.text) or listen.text == runner.device.expected_wake_word:
             self.wake_phrase = listen.text
             self._woke_at = runner.hass.loop.time()
         else:
@@ -111,6 +120,8 @@ class Listening:
             run = runner.run
         turn = run.turn if run is not None and run.link is link else None
         if turn is None or turn.ended:
+            if len(packet) <= MAX_WAKE_PACKET:
+                self._before_turn.append((link, runner.hass.loop.time(), packet))
             if link.audio_in_order:  # in order with listen start: really outside
                 # py-xiaozhi, the browser page and load testers send on after HA's VAD ended the turn.
                 link.log.note("audio_outside_turn", "dropped audio outside a listening turn")
@@ -119,9 +130,18 @@ class Listening:
             return
         self._feed(link, turn, packet)
 
+    def _take_wake_audio(self, link: DeviceLink) -> list[bytes]:
+        """The packets ``link`` sent just before its ``listen detect`` (the firmware's wake audio)."""
+        recent = self._runner.hass.loop.time() - WAKE_AUDIO_AGE
+        kept = [packet for source, at, packet in self._before_turn if source is link and at >= recent]
+        self._before_turn.clear()
+        return kept
+
     @staticmethod
     def _feed(link: DeviceLink, turn: Turn, packet: bytes) -> None:
         """Hand ``packet`` to the turn's decoder (a worker thread); ``_decoded`` gets its PCM."""
+        if turn.wake_audio is not None and len(turn.wake_audio) < WAKE_AUDIO_PACKETS and len(packet) <= MAX_WAKE_PACKET:
+            turn.wake_audio.append(packet)  # heard while the nearest device is chosen
         assert turn.decoder is not None
         if not turn.decoder.feed(packet):
             link.log.report("audio_queue_full", "the decoder is not keeping up; dropped audio")
@@ -156,6 +176,17 @@ class Listening:
         previous = runner.begin(run)  # a new listen start ends what runs (barge-in, a new question)
         wake_phrase, self.wake_phrase = self.wake_phrase, None
         woke_at, self._woke_at = self._woke_at, None
+        wake_audio, self._wake_audio = self._wake_audio, []
+        self._before_turn.clear()
+        # Woken by its wake word: when other devices heard it too, the nearest goes on (nearest.py).
+        contest = None
+        if wake_phrase is not None:
+            # Over WebSocket the wake audio came before the detect, in order: a device that sent none
+            # competes without. Over UDP it may come after: the turn's first packets count too.
+            turn.wake_audio = wake_audio if wake_audio or not link.audio_in_order else None
+            contest = runner.entry().runtime_data.nearest.contend(runner.device, lambda: list(turn.wake_audio or ()))
+            if contest is None:
+                turn.wake_audio = None
         assert run.stages is not None
         run.stages.mark("wake", woke_at if wake_phrase is not None and woke_at is not None else now)
         if mode != "manual":
@@ -170,18 +201,26 @@ class Listening:
                 self._on_silence(run)
 
             turn.cancel_silence = async_call_later(hass, remaining, silence)
-        run.task = runner.background(self._async_run_turn(run, wake_phrase, previous), "turn")
+        run.task = runner.background(self._async_run_turn(run, wake_phrase, previous, contest), "turn")
         early, self._early_audio = self._early_audio, deque(maxlen=EARLY_AUDIO_PACKETS)
         recent = hass.loop.time() - EARLY_AUDIO_WINDOW
         for source, at, packet in early:
             if source is link and at >= recent:
                 self._feed(link, turn, packet)
 
-    async def _async_run_turn(self, run: Run, wake_phrase: str | None, previous: Run | None) -> None:
+    async def _async_run_turn(
+        self, run: Run, wake_phrase: str | None, previous: Run | None, contest: asyncio.Future[bool] | None
+    ) -> None:
         assert run.turn is not None
         runner = self._runner
         turn = run.turn
         await runner.async_after(previous)
+        if contest is not None:
+            goes_on = await contest
+            turn.wake_audio = None
+            if not goes_on and not run.cancelled:
+                _LOGGER.debug("Device %s: another device is nearer; it answers", runner.device.mac)
+                runner.end_conversation(run, "another device answers")
         if run.cancelled:
             return
         pipeline = runner.pipeline()

@@ -24,6 +24,13 @@ EARLY_AUDIO_PACKETS: Final = 16
 EARLY_AUDIO_WINDOW: Final = 1.0
 """Audio over UDP that arrived up to this many seconds before its ``listen start`` (sent over
 MQTT, a different path) belongs to the turn that starts: the first word is not cut off."""
+WAKE_AUDIO_PACKETS: Final = 48
+"""Packets kept from outside a turn for the wake word's audio: 2.9 s at 60 ms (the firmware sends ~2 s)."""
+MAX_WAKE_PACKET: Final = 1000
+"""Bytes of the largest packet kept as wake audio (a 60 ms Opus packet of speech is ~100-300): with
+``WAKE_AUDIO_PACKETS``, under 48 KB per device."""
+WAKE_AUDIO_AGE: Final = 3.0
+"""Seconds before ``listen detect`` whose audio can be the wake word's (the firmware sends it in a burst)."""
 WAKE_WORD_FOLLOW_UP: Final = 0.5
 """Seconds within which a ``listen start`` makes an unknown ``listen detect`` text a wake word."""
 PUSH_TO_TALK_SILENCE: Final = 4.0
@@ -50,6 +57,9 @@ class Turn:
     heard_speech: bool = False
     cancel_silence: CALLBACK_TYPE | None = None
     cancel_gap: CALLBACK_TYPE | None = None
+    wake_audio: list[bytes] | None = None
+    """While the nearest device is chosen: the wake word's audio, then the turn's first packets (over
+    MQTT the UDP packets may come after ``listen detect``), up to ``WAKE_AUDIO_PACKETS``."""
 
     def end_audio(self) -> None:
         """No more audio for the pipeline (VAD end, ``listen stop``, a new turn)."""

@@ -1,0 +1,228 @@
+"""The nearest device answers: when several hear the wake word, the one nearest the speaker goes on.
+
+Every stock device with esp-sr wake words sends about 2 s of the wake word's own audio before
+``listen detect``. A wake opens a round: the others that heard the same word join it within a
+short window (longer while a device that opened its conversation meanwhile has not reported yet);
+each is scored from its own recording (``protocol/loudness.py``: speech over its own noise, so a
+microphone's gain does not decide); the best goes on, the others are ended quietly. A device
+without wake audio wins only when no device with wake audio competes. Typed text, buttons,
+barge-in and conversations Home Assistant starts never come here.
+"""
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+import logging
+from typing import Any, Final
+
+from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
+from homeassistant.helpers.event import async_call_later
+
+from ..device import XiaozhiDevice
+from ..protocol.loudness import wake_score
+
+_LOGGER = logging.getLogger(__package__)
+
+WINDOW: Final = 0.3
+"""Seconds after a round's first wake in which the others join it (see the README for why)."""
+AWAIT_OPENING: Final = 1.5
+"""Seconds after the first wake that a device which opened its conversation meanwhile, and has not
+reported its wake yet, is waited for (a WebSocket device connects first)."""
+OPENED_BEFORE: Final = 2.0
+"""A conversation opened this long before the first wake may be of the same word."""
+LATE: Final = 1.0
+"""Seconds after a decision in which a wake of the same group is of the same word: it loses."""
+RECENT_DECISIONS: Final = 10
+"""Decisions kept for diagnostics."""
+CHECK_EVERY: Final = 0.05
+"""How often a round that waits for an opening device looks again."""
+
+
+@dataclass(slots=True, eq=False)
+class Contender:
+    """One device's claim: its wake audio's score (being computed), and the answer it waits for."""
+
+    device: XiaozhiDevice
+    arrived: float
+    audio: Callable[[], list[bytes]]  # its wake audio so far (read when the round decides)
+    won: asyncio.Future[bool]
+
+
+@dataclass(slots=True, eq=False)
+class Round:
+    """The devices that heard one wake word."""
+
+    group: str
+    opened: float
+    contenders: dict[str, Contender] = field(default_factory=dict)  # by MAC
+    timer: CALLBACK_TYPE | None = None
+    deciding: bool = False
+
+
+@dataclass(slots=True)
+class Decided:
+    """A round's answer: who went on, when; late wakes of the same word lose to it."""
+
+    at: float
+    winner: XiaozhiDevice
+    record: dict[str, Any]
+
+
+class Nearest:
+    """The hub's arbiter of wakes (one per config entry)."""
+
+    def __init__(
+        self,
+        hass: HomeAssistant,
+        *,
+        devices: Callable[[], Iterable[XiaozhiDevice]],
+        settings: Callable[[], tuple[bool, bool]],
+        area_of: Callable[[XiaozhiDevice], str | None],
+        executor: Callable[[], Executor],
+        fire: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self._hass = hass
+        self._devices = devices
+        self._settings = settings  # (on, apart by area)
+        self._area_of = area_of
+        self._executor = executor
+        self._fire = fire
+        self._rounds: dict[str, Round] = {}
+        self._decided: dict[str, Decided] = {}
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)
+        self.rounds = 0  # rounds decided (one device alone in a round waited for nobody in the end)
+
+    def _group(self, device: XiaozhiDevice, apart: bool) -> str:
+        return (self._area_of(device) or "") if apart else ""
+
+    def _competitors(self, group: str, apart: bool) -> list[XiaozhiDevice]:
+        """The devices that could have heard the same word: with a voice, not switched off."""
+        return [
+            device
+            for device in self._devices()
+            if device.voice is not None and not device.off and self._group(device, apart) == group
+        ]
+
+    @callback
+    def contend(self, device: XiaozhiDevice, wake_audio: Callable[[], list[bytes]]) -> asyncio.Future[bool] | None:
+        """``device`` woke by its wake word; None: it goes on at once (no other device competes).
+
+        Otherwise the future says whether it goes on (True) or another device answers (False).
+        """
+        on, apart = self._settings()
+        if not on:
+            return None
+        group = self._group(device, apart)
+        if len(self._competitors(group, apart)) < 2:
+            return None
+        loop = self._hass.loop
+        now = loop.time()
+        won: asyncio.Future[bool] = loop.create_future()
+        decided = self._decided.get(group)
+        if decided is not None and now - decided.at <= LATE and decided.winner is not device:
+            decided.record["late"].append(device.name)
+            _LOGGER.debug("%s woke %.0f ms after %s was chosen: it does not answer", device.name,
+                          (now - decided.at) * 1000, decided.winner.name)  # fmt: skip
+            won.set_result(False)
+            return won
+        if (current := self._rounds.get(group)) is None:
+            current = self._rounds[group] = Round(group, now)
+        if (before := current.contenders.pop(device.mac, None)) is not None and not before.won.done():
+            before.won.set_result(False)  # woke again within the round: its newer wake counts
+        current.contenders[device.mac] = Contender(device, now, wake_audio, won)
+        self._check(current)
+        return won
+
+    def _pending(self, current: Round, apart: bool) -> list[XiaozhiDevice]:
+        """Devices that opened a conversation around this wake but have not said they woke."""
+        return [
+            device
+            for device in self._competitors(current.group, apart)
+            if device.mac not in current.contenders
+            and (conversation := device.conversation) is not None
+            and conversation.opened_at >= current.opened - OPENED_BEFORE
+            and not device.exchanging
+        ]
+
+    @callback
+    def _check(self, current: Round) -> None:
+        """Decide now if nobody else can join; else look again when the window (or a wait) ends."""
+        if current.deciding:
+            return
+        if current.timer is not None:
+            current.timer()
+            current.timer = None
+        _on, apart = self._settings()
+        now = self._hass.loop.time()
+        waited = now - current.opened
+        everyone = len(current.contenders) >= len(self._competitors(current.group, apart))
+        pending = self._pending(current, apart)
+        if everyone or waited >= AWAIT_OPENING or (waited >= WINDOW and not pending):
+            current.deciding = True
+            self._hass.async_create_background_task(self._async_decide(current), "xiaozhi_local nearest")
+            return
+        delay = WINDOW - waited if waited < WINDOW else CHECK_EVERY
+
+        @callback
+        def again(_now: Any) -> None:
+            current.timer = None
+            self._check(current)
+
+        current.timer = async_call_later(self._hass, max(0.0, delay), again)
+
+    async def _async_decide(self, current: Round) -> None:
+        self.rounds += 1
+        if self._rounds.get(current.group) is current:
+            del self._rounds[current.group]
+        contenders = list(current.contenders.values())
+        scores: dict[str, float | None] = {}
+        loop = self._hass.loop
+        for contender in contenders:  # about 3 ms each, on the codec thread
+            packets = contender.audio() if len(contenders) > 1 else []
+            try:
+                scores[contender.device.mac] = (
+                    await loop.run_in_executor(self._executor(), wake_score, packets) if packets else None
+                )
+            except Exception:  # a recording that cannot be scored competes without audio
+                _LOGGER.debug("%s: its wake audio could not be scored", contender.device.name, exc_info=True)
+                scores[contender.device.mac] = None
+        scored = [c for c in contenders if scores[c.device.mac] is not None]
+        if scored:
+            winner = max(scored, key=lambda c: (scores[c.device.mac] or 0.0, -c.arrived))
+        else:
+            winner = min(contenders, key=lambda c: c.arrived)
+        record = {
+            "winner": winner.device.name,
+            "others": [c.device.name for c in contenders if c is not winner],
+            "scores": {c.device.name: scores[c.device.mac] for c in contenders},
+            "waited_ms": round((self._hass.loop.time() - current.opened) * 1000, 1),
+            "late": [],
+        }
+        self._decided[current.group] = Decided(self._hass.loop.time(), winner.device, record)
+        if len(contenders) > 1:
+            self.recent.append(record)
+        for contender in contenders:
+            if not contender.won.done():
+                contender.won.set_result(contender is winner)
+        if len(contenders) > 1:
+            _LOGGER.debug("Nearest of %s: %s", ", ".join(c.device.name for c in contenders), winner.device.name)
+            self._fire(
+                {
+                    "winner": winner.device.device_id,
+                    "others": [c.device.device_id for c in contenders if c is not winner],
+                    "scores": {c.device.device_id: scores[c.device.mac] for c in contenders},
+                }
+            )
+
+    @callback
+    def shutdown(self) -> None:
+        """The entry unloads: every waiting device goes on (its turn is cancelled anyway)."""
+        for current in self._rounds.values():
+            if current.timer is not None:
+                current.timer()
+            for contender in current.contenders.values():
+                if not contender.won.done():
+                    contender.won.set_result(True)
+        self._rounds.clear()

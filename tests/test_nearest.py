@@ -1,0 +1,254 @@
+"""The nearest device answers: two devices hear one wake word, the one nearer the speaker goes on.
+
+The simulated devices wake as the firmware does: the wake word's own audio (Opus, in a burst),
+then ``listen detect``, then ``listen start``. Their recordings differ in speech over noise.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import area_registry as ar, device_registry as dr
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.xiaozhi_local.const import CONF_NEAREST, CONF_NEAREST_BY_AREA, EVENT_NEAREST
+from custom_components.xiaozhi_local.diagnostics import async_get_config_entry_diagnostics
+from custom_components.xiaozhi_local.hub import XiaozhiHub
+from custom_components.xiaozhi_local.protocol.loudness import speech_over_noise, wake_score
+from custom_components.xiaozhi_local.satellite.nearest import WINDOW
+from xiaozhi_sim import SimulatedDevice, SimulatorOptions
+from xiaozhi_sim.voice import mic_packets, wake_clip
+
+from .conftest import (
+    CLIENT_ID,
+    CLIENT_ID2,
+    FAST,
+    MAC,
+    MAC2,
+    TOKEN,
+    TOKEN2,
+    ota_url,
+    served_hub,
+    wait_for,
+    wait_settled,
+    ws_url,
+)
+from .helpers import EventWaiter, until
+from .internals import hub_of, wake_audio_kept
+from .voice import Voice, speech_pcm
+
+NEAR: dict[str, Any] = {"wake_level_db": -20.0, "noise_db": -50.0}  # 30 dB over its room's noise
+FAR: dict[str, Any] = {
+    "wake_level_db": -14.0,
+    "noise_db": -32.0,
+}  # louder, more gain: 18 dB over it
+
+
+def answered(sim: SimulatedDevice) -> bool:
+    return any(m.get("type") == "tts" and m.get("state") == "stop" for m in sim.log)
+
+
+def no_alert(sim: SimulatedDevice) -> bool:
+    return not any(m.get("type") == "alert" for m in sim.log)
+
+
+async def wake_together(first: SimulatedDevice, second: SimulatedDevice) -> list[asyncio.Task[None]]:
+    """``first`` wakes, ``second`` 30 ms later (a room's width of difference): both say a question."""
+    one = asyncio.create_task(first.say(speech_pcm(), wake_word="你好小智", silence_after=1.0))
+    await asyncio.sleep(0.03)  # the scenario's spacing, not a wait for a result
+    two = asyncio.create_task(second.say(speech_pcm(), wake_word="你好小智", silence_after=1.0))
+    return [one, two]
+
+
+@pytest.fixture
+async def hub(hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]) -> XiaozhiHub:
+    """The hub, its URLs pointing at the test server (the MQTT endpoint on)."""
+    return await served_hub(hass, setup_integration, client)
+
+
+@pytest.fixture
+async def websocket_pair(
+    hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any]
+) -> AsyncIterator[tuple[SimulatedDevice, SimulatedDevice]]:
+    """Kitchen is far from the speaker, Desk is near; both connected over WebSocket."""
+    far = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, **FAR))
+    near = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN2, mac=MAC2, **NEAR))
+    for sim, mac in ((far, MAC), (near, MAC2)):
+        await sim.connect()
+        await wait_settled(hub_of(hass).devices[mac])
+        sim.relisten = False
+    yield far, near
+    for sim in (far, near):
+        await sim.drop()
+
+
+async def test_the_nearer_device_answers_over_websocket(
+    hass: HomeAssistant, ready: Voice, websocket_pair: tuple[SimulatedDevice, SimulatedDevice]
+) -> None:
+    """The far one reports first and is louder in absolute terms: the near one answers all the same;
+    the far one's conversation ends quietly; the event names both."""
+    far, near = websocket_pair
+    decisions = EventWaiter(hass, EVENT_NEAREST)
+    tasks = await wake_together(far, near)
+    await until(lambda: answered(near), timeout=30)
+    await far.wait_closed()  # ended the way the firmware expects: back to waiting for its wake word
+    await asyncio.gather(*tasks)
+    assert not answered(far)
+    assert no_alert(far)
+    assert no_alert(near)
+    assert len(ready.agent.inputs) == 1
+    (event,) = await decisions.wait()
+    hub = hub_of(hass)
+    assert event.data["winner"] == hub.devices[MAC2].device_id
+    assert event.data["others"] == [hub.devices[MAC].device_id]
+    scores = event.data["scores"]
+    assert scores[hub.devices[MAC2].device_id] > scores[hub.devices[MAC].device_id] + 5
+    entry = hub.entry
+    diagnostics = await async_get_config_entry_diagnostics(hass, entry)
+    assert diagnostics["nearest"][-1]["winner"] == "Desk"
+
+
+async def mqtt_device(
+    hub: XiaozhiHub, client: TestClient[Any, Any], mac: str, client_id: str, **options: Any
+) -> SimulatedDevice:
+    device = SimulatedDevice(
+        SimulatorOptions(url="", mac=mac, client_id=client_id, hello_timeout=5, **options), speaks_mqtt=True
+    )
+    await device.boot_mqtt(ota_url(client), timing=FAST)
+    await wait_for(hub.devices[mac], lambda d: d.link is not None)
+    await wait_settled(hub.devices[mac])
+    device.relisten = False
+    return device
+
+
+async def test_the_nearer_device_answers_over_mqtt(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, client: TestClient[Any, Any]
+) -> None:
+    """Always connected: each wake opens the UDP channel with a hello, then the same as above; the
+    far one gets ``goodbye`` (its conversation ends, its MQTT session stays)."""
+    far = await mqtt_device(hub, client, MAC, CLIENT_ID, **FAR)
+    near = await mqtt_device(hub, client, MAC2, CLIENT_ID2, **NEAR)
+    try:
+        decisions = EventWaiter(hass, EVENT_NEAREST)
+        await asyncio.gather(far.connect(), near.connect())
+        tasks = await wake_together(far, near)
+        await until(lambda: answered(near), timeout=30)
+        await far.wait_message(lambda m: m.get("type") == "goodbye", 10)
+        await asyncio.gather(*tasks)
+        assert not answered(far)
+        assert no_alert(far)
+        assert no_alert(near)
+        assert hub.devices[MAC].link is not None  # its session lives on
+        (event,) = await decisions.wait()
+        assert event.data["winner"] == hub.devices[MAC2].device_id
+    finally:
+        for sim in (far, near):
+            await sim.drop()
+
+
+async def test_alone_it_does_not_wait(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, client: TestClient[Any, Any]
+) -> None:
+    """One always-connected device online, the other off: no round (so no wait), no event."""
+    other = await mqtt_device(hub, client, MAC2, CLIENT_ID2, **NEAR)
+    await other.drop()  # switched off
+    await wait_for(hub.devices[MAC2], lambda d: d.off, timeout=10)
+    device = await mqtt_device(hub, client, MAC, CLIENT_ID, **NEAR)
+    try:
+        decisions = EventWaiter(hass, EVENT_NEAREST)
+        await device.connect()
+        await device.say(speech_pcm(), wake_word="你好小智", silence_after=1.0)
+        await until(lambda: answered(device), timeout=30)
+        assert decisions.events == []
+        assert hub.nearest.rounds == 0  # it went on at once
+    finally:
+        await device.drop()
+
+
+async def test_switched_off_or_in_other_areas_both_go_on(
+    hass: HomeAssistant, ready: Voice, websocket_pair: tuple[SimulatedDevice, SimulatedDevice]
+) -> None:
+    """Different areas with "keep areas apart": no contest (each area's nearest answers); the same
+    with the switch off. (Home Assistant's own rule still stops a second turn with the same phrase
+    at the same moment, so each wakes on a phrase of its own here.)"""
+    far, near = websocket_pair
+    hub = hub_of(hass)
+    areas = ar.async_get(hass)
+    devices = dr.async_get(hass)
+    for mac, name in ((MAC, "Kitchen"), (MAC2, "Study")):
+        area = areas.async_get_or_create(name)
+        devices.async_update_device(hub.devices[mac].device_id, area_id=area.id)
+    decisions = EventWaiter(hass, EVENT_NEAREST)
+    for options in ({CONF_NEAREST_BY_AREA: True}, {CONF_NEAREST: False}):
+        hass.config_entries.async_update_entry(hub.entry, options={**hub.entry.options, **options})
+        await hass.async_block_till_done()
+        marks = (len(far.log), len(near.log))
+        await asyncio.gather(
+            far.say(speech_pcm(), wake_word="你好小智", silence_after=1.0),
+            near.say(speech_pcm(), wake_word="Hi ESP", silence_after=1.0),
+        )
+        for sim, mark in zip((far, near), marks, strict=True):
+            await sim.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 30, after=mark)
+        hass.config_entries.async_update_entry(hub.entry, options={**hub.entry.options, CONF_NEAREST_BY_AREA: False})
+    assert decisions.events == []
+
+
+async def test_a_device_without_wake_audio_loses_to_one_with_it(
+    hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any]
+) -> None:
+    """py-xiaozhi, the browser page or a build without wake audio can win only against its kind."""
+    silent = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC))
+    near = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN2, mac=MAC2, **FAR))
+    for sim, mac in ((silent, MAC), (near, MAC2)):
+        await sim.connect()
+        await wait_settled(hub_of(hass).devices[mac])
+        sim.relisten = False
+    try:
+        tasks = await wake_together(silent, near)
+        await until(lambda: answered(near), timeout=30)
+        await silent.wait_closed()
+        await asyncio.gather(*tasks)
+        assert not answered(silent)
+    finally:
+        for sim in (silent, near):
+            await sim.drop()
+
+
+def test_the_score_is_speech_over_the_recordings_own_noise() -> None:
+    """A microphone's gain raises speech and noise alike: the score stays; distance lowers it."""
+    near = wake_score(mic_packets(wake_clip(-20, -50)))
+    gained = wake_score(mic_packets(wake_clip(-10, -40)))  # the same sound, 10 dB more gain
+    far = wake_score(mic_packets(wake_clip(-32, -50)))
+    assert near is not None
+    assert gained is not None
+    assert far is not None
+    assert abs(near - gained) < 3
+    assert far < near - 8
+    assert wake_score([b"not opus at all"] * 40) is None  # nothing decodes: no score
+    assert wake_score(mic_packets(wake_clip(-20, -50))[:2]) is None  # 0.12 s: too short to tell
+    assert speech_over_noise(bytes(32000)) == 0.0  # digital silence: no speech over it
+    assert WINDOW < 0.5
+
+
+async def test_a_flood_of_wakes_and_endless_audio_stay_bounded(
+    hass: HomeAssistant, ready: Voice, websocket_pair: tuple[SimulatedDevice, SimulatedDevice]
+) -> None:
+    """Audio that never stops and is not Opus, and a hundred wakes: what is kept is bounded, nothing
+    fails, and the device that sent real wake audio answers."""
+    far, near = websocket_pair
+    xfar = hub_of(hass).devices[MAC]
+    for _ in range(300):
+        await far.send_raw(b"\xff" * 900)  # not Opus, and six times a wake word's packets
+    await until(lambda: xfar.link is not None and xfar.link.audio_frames >= 300)
+    assert 0 < wake_audio_kept(xfar) <= 64 * 1024
+    for _ in range(100):
+        await far.send_json({"session_id": far.session_id, "type": "listen", "state": "detect", "text": "你好小智"})
+    tasks = await wake_together(far, near)
+    await until(lambda: answered(near), timeout=30)
+    await far.wait_closed()
+    await asyncio.gather(*tasks)
+    assert not answered(far)
+    assert hub_of(hass).nearest.rounds == 1
