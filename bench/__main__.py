@@ -6,6 +6,8 @@
 
 ``talkers [N]``: N devices (100) say a wake word and a question as real-time Opus at once (``bench/talkers.py``).
 
+``party [N]``: N devices (30) wake in groups of 2-5 at once; the nearest of each answers (``bench/party.py``).
+
 ``firmware [N]``: N devices (100) install a 2.5 MB firmware image from Home Assistant at once (``bench/firmware.py``).
 
 ``media [N]``: N devices (20) play a radio stream at once among idle ones (``--devices``, 1000) (``bench/media.py``).
@@ -53,6 +55,7 @@ from .load import load, pct
 from .media import media_load
 from .mqtt import mqtt_load
 from .pairing import pairing_run
+from .party import party
 from .soak import soak_run
 from .talkers import talkers
 
@@ -211,7 +214,7 @@ HEADER = (
     "# Benchmarks\n\nFigures from one run of one command, so they can be compared next time. "
     "They are not part of the test run.\n\n"
     "Reproduce: `script/bench` (all of them), or "
-    "`script/bench audio|fuzz|load|mqtt|talkers|firmware|media|flood|pairing|crash|soak`.\n"
+    "`script/bench audio|fuzz|load|mqtt|talkers|party|firmware|media|flood|pairing|crash|soak`.\n"
 )
 
 
@@ -233,7 +236,7 @@ def main() -> int:
     parser.add_argument(
         "which",
         choices=[
-            *("audio", "fuzz", "load", "mqtt", "talkers", "crash", "firmware", "media"),
+            *("audio", "fuzz", "load", "mqtt", "talkers", "party", "crash", "firmware", "media"),
             *("flood", "pairing", "soak", "all"),
         ],
     )
@@ -241,7 +244,8 @@ def main() -> int:
         "count",
         nargs="?",
         type=int,
-        help="talkers/firmware: how many devices (100); media: how many play (20); flood: connections (10,000); "
+        help="talkers/firmware: how many devices (100); party: devices (30); media: how many play (20); "
+        "flood: connections (10,000); "
         "pairing: sessions (8,000)",
     )
     parser.add_argument("--trials", type=int, default=5, help="kill -9 trials for crash")
@@ -288,6 +292,8 @@ def main() -> int:
         reports.append(asyncio.run(load(**many)))
     if args.which in ("mqtt", "all"):
         reports.append(asyncio.run(mqtt_load(**many)))
+    if args.which in ("party", "all"):
+        reports.append(asyncio.run(party(devices=args.count or 30, port=args.port)))
     if args.which in ("talkers", "all"):
         reports.append(asyncio.run(talkers(devices=args.count or 100, port=args.port)))
     if args.which in ("firmware", "all"):

@@ -353,6 +353,8 @@ class ProbeView(HomeAssistantView):
             data["available"] = sum(
                 1 for e in registered if (state := hass.states.get(e.entity_id)) and state.state != "unavailable"
             )
+            data["nearest"] = list(hub.nearest.recent)
+            data["nearest_rounds"] = hub.nearest.rounds
             # What each device's Response time sensor shows now (end of speech → first frame, ms).
             data["response_ms"] = {d.mac: d.response_times.last.response_ms for d in devices if d.response_times.last}
         data["voice"] = voice_log(hass).as_list()

@@ -140,7 +140,12 @@ class Listening:
     @staticmethod
     def _feed(link: DeviceLink, turn: Turn, packet: bytes) -> None:
         """Hand ``packet`` to the turn's decoder (a worker thread); ``_decoded`` gets its PCM."""
-        if turn.wake_audio is not None and len(turn.wake_audio) < WAKE_AUDIO_PACKETS and len(packet) <= MAX_WAKE_PACKET:
+        if (
+            turn.wake_audio is not None
+            and not link.audio_in_order  # UDP: the wake audio may still be coming
+            and len(turn.wake_audio) < WAKE_AUDIO_PACKETS
+            and len(packet) <= MAX_WAKE_PACKET
+        ):
             turn.wake_audio.append(packet)  # heard while the nearest device is chosen
         assert turn.decoder is not None
         if not turn.decoder.feed(packet):

@@ -30,10 +30,12 @@ WINDOW: Final = 0.3
 AWAIT_OPENING: Final = 1.5
 """Seconds after the first wake that a device which opened its conversation meanwhile, and has not
 reported its wake yet, is waited for (a WebSocket device connects first)."""
-OPENED_BEFORE: Final = 2.0
-"""A conversation opened this long before the first wake may be of the same word."""
+OPENED_BEFORE: Final = 0.5
+"""A conversation opened this long before the first wake may be of the same word (a device that
+heard it too and is on its way to report); one opened earlier is of something else."""
 LATE: Final = 1.0
-"""Seconds after a decision in which a wake of the same group is of the same word: it loses."""
+"""Seconds after a round's first wake in which a wake that comes after the decision is of the same
+word (a slow device): it loses. Later wakes open a round of their own."""
 RECENT_DECISIONS: Final = 10
 """Decisions kept for diagnostics."""
 CHECK_EVERY: Final = 0.05
@@ -65,7 +67,7 @@ class Round:
 class Decided:
     """A round's answer: who went on, when; late wakes of the same word lose to it."""
 
-    at: float
+    opened: float  # the round's first wake
     winner: XiaozhiDevice
     record: dict[str, Any]
 
@@ -121,10 +123,10 @@ class Nearest:
         now = loop.time()
         won: asyncio.Future[bool] = loop.create_future()
         decided = self._decided.get(group)
-        if decided is not None and now - decided.at <= LATE and decided.winner is not device:
+        if decided is not None and now - decided.opened <= LATE and decided.winner is not device:
             decided.record["late"].append(device.name)
-            _LOGGER.debug("%s woke %.0f ms after %s was chosen: it does not answer", device.name,
-                          (now - decided.at) * 1000, decided.winner.name)  # fmt: skip
+            _LOGGER.debug("%s woke %.0f ms after %s's wake, after the choice: it does not answer", device.name,
+                          (now - decided.opened) * 1000, decided.winner.name)  # fmt: skip
             won.set_result(False)
             return won
         if (current := self._rounds.get(group)) is None:
@@ -200,7 +202,7 @@ class Nearest:
             "waited_ms": round((self._hass.loop.time() - current.opened) * 1000, 1),
             "late": [],
         }
-        self._decided[current.group] = Decided(self._hass.loop.time(), winner.device, record)
+        self._decided[current.group] = Decided(current.opened, winner.device, record)
         if len(contenders) > 1:
             self.recent.append(record)
         for contender in contenders:

@@ -58,8 +58,8 @@ class Turn:
     cancel_silence: CALLBACK_TYPE | None = None
     cancel_gap: CALLBACK_TYPE | None = None
     wake_audio: list[bytes] | None = None
-    """While the nearest device is chosen: the wake word's audio, then the turn's first packets (over
-    MQTT the UDP packets may come after ``listen detect``), up to ``WAKE_AUDIO_PACKETS``."""
+    """While the nearest device is chosen: the wake word's audio, and over UDP the turn's first packets
+    too (the wake audio may come after ``listen detect`` there), up to ``WAKE_AUDIO_PACKETS``."""
 
     def end_audio(self) -> None:
         """No more audio for the pipeline (VAD end, ``listen stop``, a new turn)."""
