@@ -364,6 +364,7 @@ async def test_entities_follow_a_device_added_later(
             "reboot",
             "transport",
             "transport_state",
+            "response_time",
             "speaker",
         )
     }

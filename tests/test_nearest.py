@@ -169,18 +169,20 @@ async def test_alone_it_does_not_wait(
 
 
 async def test_switched_off_or_in_other_areas_both_go_on(
-    hass: HomeAssistant, ready: Voice, websocket_pair: tuple[SimulatedDevice, SimulatedDevice]
+    hass: HomeAssistant,
+    ready: Voice,
+    websocket_pair: tuple[SimulatedDevice, SimulatedDevice],
+    area_registry: ar.AreaRegistry,
+    device_registry: dr.DeviceRegistry,
 ) -> None:
     """Different areas with "keep areas apart": no contest (each area's nearest answers); the same
     with the switch off. (Home Assistant's own rule still stops a second turn with the same phrase
     at the same moment, so each wakes on a phrase of its own here.)"""
     far, near = websocket_pair
     hub = hub_of(hass)
-    areas = ar.async_get(hass)
-    devices = dr.async_get(hass)
     for mac, name in ((MAC, "Kitchen"), (MAC2, "Study")):
-        area = areas.async_get_or_create(name)
-        devices.async_update_device(hub.devices[mac].device_id, area_id=area.id)
+        area = area_registry.async_get_or_create(name)
+        device_registry.async_update_device(hub.devices[mac].device_id, area_id=area.id)
     decisions = EventWaiter(hass, EVENT_NEAREST)
     for options in ({CONF_NEAREST_BY_AREA: True}, {CONF_NEAREST: False}):
         hass.config_entries.async_update_entry(hub.entry, options={**hub.entry.options, **options})

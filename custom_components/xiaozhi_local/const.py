@@ -30,10 +30,8 @@ AUDIO_GAP_TIMEOUT: Final = 3.0
 """Seconds without any audio packet after speech began before an auto/realtime utterance ends."""
 
 CONF_MQTT: Final = "mqtt"
-CONF_NEAREST: Final = "nearest_answers"
-"""When several devices hear one wake word, only the nearest answers (satellite/nearest.py)."""
-CONF_NEAREST_BY_AREA: Final = "nearest_by_area"
-"""Devices in different areas do not compete: each area's nearest answers."""
+CONF_NEAREST: Final = "nearest_answers"  # several devices hear one wake word: the nearest answers
+CONF_NEAREST_BY_AREA: Final = "nearest_by_area"  # devices in different areas do not compete
 """Hub option: paired devices get MQTT+UDP at their OTA check (always connected)."""
 CONF_MQTT_PORT: Final = "mqtt_port"
 DEFAULT_MQTT_PORT: Final = 1885
@@ -80,8 +78,7 @@ MAX_OTA_BODY: Final = 64 * 1024
 """An OTA body is a few kB of system info; more is refused with 413."""
 
 EVENT_NOTIFICATION: Final = f"{DOMAIN}_notification"
-EVENT_NEAREST: Final = f"{DOMAIN}_nearest"
-"""Fired when several devices heard one wake word: which one answers, the others, their scores."""
+EVENT_NEAREST: Final = f"{DOMAIN}_nearest"  # several heard one wake word: who answers, the others, scores
 EVENT_TOOL_ERROR: Final = f"{DOMAIN}_tool_error"
 """A ``control`` tool of a registerTools client failed after it was reported done."""
 

@@ -180,7 +180,8 @@ class XiaozhiResponseTimeSensor(XiaozhiEntity, RestoreSensor):
         super().__init__(device, RESPONSE_TIME)
 
     async def async_added_to_hass(self) -> None:
-        """Follow the device's turns (not every change of the device); restore the last value."""
+        """Follow the device and its turns; restore the last value."""
+        await super().async_added_to_hass()
         self.async_on_remove(self.device.response_times.async_add_listener(self._answered))
         if (last := await self.async_get_last_sensor_data()) is not None and self.device.response_times.last is None:
             self._attr_native_value = last.native_value
