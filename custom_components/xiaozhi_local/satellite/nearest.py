@@ -22,6 +22,7 @@ from homeassistant.helpers.event import async_call_later
 
 from ..device import XiaozhiDevice
 from ..protocol.loudness import wake_score
+from ..tasks import watched
 
 _LOGGER = logging.getLogger(__package__)
 
@@ -163,7 +164,7 @@ class Nearest:
         pending = self._pending(current, apart)
         if everyone or waited >= AWAIT_OPENING or (waited >= WINDOW and not pending):
             current.deciding = True
-            self._hass.async_create_background_task(self._async_decide(current), "xiaozhi_local nearest")
+            watched(self._hass.async_create_background_task(self._async_decide(current), "xiaozhi_local nearest"))
             return
         delay = WINDOW - waited if waited < WINDOW else CHECK_EVERY
 
