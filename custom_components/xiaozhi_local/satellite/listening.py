@@ -189,7 +189,9 @@ class Listening:
             # Over WebSocket the wake audio came before the detect, in order: a device that sent none
             # competes without. Over UDP it may come after: the turn's first packets count too.
             turn.wake_audio = wake_audio if wake_audio or not link.audio_in_order else None
-            contest = runner.entry().runtime_data.nearest.contend(runner.device, lambda: list(turn.wake_audio or ()))
+            contest = runner.entry().runtime_data.nearest.contend(
+                runner.device, lambda: list(turn.wake_audio or ()), complete=link.audio_in_order
+            )
             if contest is None:
                 turn.wake_audio = None
         assert run.stages is not None

@@ -51,6 +51,7 @@ class Contender:
     arrived: float
     audio: Callable[[], list[bytes]]  # its wake audio so far (read when the round decides)
     won: asyncio.Future[bool]
+    score: asyncio.Future[float | None] | None = None  # scored at once when its audio is complete
 
 
 @dataclass(slots=True, eq=False)
@@ -71,6 +72,11 @@ class Decided:
     opened: float  # the round's first wake
     winner: XiaozhiDevice
     record: dict[str, Any]
+
+
+def _retrieved(future: asyncio.Future[float | None]) -> None:
+    if not future.cancelled():
+        future.exception()  # read: an error here is handled where the score is awaited, if at all
 
 
 class Nearest:
@@ -109,10 +115,14 @@ class Nearest:
         ]
 
     @callback
-    def contend(self, device: XiaozhiDevice, wake_audio: Callable[[], list[bytes]]) -> asyncio.Future[bool] | None:
+    def contend(
+        self, device: XiaozhiDevice, wake_audio: Callable[[], list[bytes]], *, complete: bool
+    ) -> asyncio.Future[bool] | None:
         """``device`` woke by its wake word; None: it goes on at once (no other device competes).
 
         Otherwise the future says whether it goes on (True) or another device answers (False).
+        ``complete``: its wake audio is all there (it came in order before the wake): scored now,
+        while the round waits, not when it decides.
         """
         on, apart = self._settings()
         if not on:
@@ -134,7 +144,10 @@ class Nearest:
             current = self._rounds[group] = Round(group, now)
         if (before := current.contenders.pop(device.mac, None)) is not None and not before.won.done():
             before.won.set_result(False)  # woke again within the round: its newer wake counts
-        current.contenders[device.mac] = Contender(device, now, wake_audio, won)
+        contender = current.contenders[device.mac] = Contender(device, now, wake_audio, won)
+        if complete and (packets := wake_audio()):
+            contender.score = loop.run_in_executor(self._executor(), wake_score, packets)
+            contender.score.add_done_callback(_retrieved)  # a replaced claim's score is read by nobody
         self._check(current)
         return won
 
@@ -183,11 +196,14 @@ class Nearest:
         scores: dict[str, float | None] = {}
         loop = self._hass.loop
         for contender in contenders:  # about 3 ms each, on the codec thread
-            packets = contender.audio() if len(contenders) > 1 else []
+            packets = [] if len(contenders) < 2 or contender.score is not None else contender.audio()
             try:
-                scores[contender.device.mac] = (
-                    await loop.run_in_executor(self._executor(), wake_score, packets) if packets else None
-                )
+                if contender.score is not None:
+                    scores[contender.device.mac] = await contender.score
+                else:
+                    scores[contender.device.mac] = (
+                        await loop.run_in_executor(self._executor(), wake_score, packets) if packets else None
+                    )
             except Exception:  # a recording that cannot be scored competes without audio
                 _LOGGER.debug("%s: its wake audio could not be scored", contender.device.name, exc_info=True)
                 scores[contender.device.mac] = None
