@@ -131,3 +131,23 @@ def test_the_record_is_bounded_and_ignores_turns_that_played_nothing() -> None:
     assert times.last is not None
     assert times.last.response_ms == 250.0
     assert times.last.offsets_ms() == {"wake": -1000.0, "first_frame": 250.0, "last_frame": 2000.0}
+
+
+async def test_the_last_figure_comes_back_after_a_restart(hass: HomeAssistant, config_entry: Any) -> None:
+    """A restart keeps the figure of the last turn until the next turn replaces it."""
+    from homeassistant.core import State as CoreState
+    from pytest_homeassistant_custom_component.common import mock_restore_cache_with_extra_data
+
+    mock_restore_cache_with_extra_data(
+        hass,
+        [
+            (
+                CoreState(SENSOR, "412.5", {"unit_of_measurement": "ms"}),
+                {"native_value": 412.5, "native_unit_of_measurement": "ms"},
+            )
+        ],
+    )
+    config_entry.add_to_hass(hass)
+    assert await hass.config_entries.async_setup(config_entry.entry_id)
+    await hass.async_block_till_done()
+    assert float(sensor(hass).state) == 412.5
