@@ -8,6 +8,7 @@ from aiohttp.test_utils import TestClient
 from homeassistant.const import STATE_UNKNOWN
 from homeassistant.core import HomeAssistant, State
 import pytest
+from pytest_homeassistant_custom_component.common import mock_restore_cache_with_extra_data
 
 from custom_components.xiaozhi_local.const import DOMAIN
 from custom_components.xiaozhi_local.diagnostics import async_get_config_entry_diagnostics
@@ -135,14 +136,12 @@ def test_the_record_is_bounded_and_ignores_turns_that_played_nothing() -> None:
 
 async def test_the_last_figure_comes_back_after_a_restart(hass: HomeAssistant, config_entry: Any) -> None:
     """A restart keeps the figure of the last turn until the next turn replaces it."""
-    from homeassistant.core import State as CoreState
-    from pytest_homeassistant_custom_component.common import mock_restore_cache_with_extra_data
 
     mock_restore_cache_with_extra_data(
         hass,
         [
             (
-                CoreState(SENSOR, "412.5", {"unit_of_measurement": "ms"}),
+                State(SENSOR, "412.5", {"unit_of_measurement": "ms"}),
                 {"native_value": 412.5, "native_unit_of_measurement": "ms"},
             )
         ],
