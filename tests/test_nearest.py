@@ -18,7 +18,7 @@ from custom_components.xiaozhi_local.const import CONF_NEAREST, CONF_NEAREST_BY_
 from custom_components.xiaozhi_local.diagnostics import async_get_config_entry_diagnostics
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from custom_components.xiaozhi_local.protocol.loudness import speech_over_noise, wake_score
-from custom_components.xiaozhi_local.satellite.nearest import WINDOW
+from custom_components.xiaozhi_local.satellite import listening, nearest
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.voice import mic_packets, wake_clip
 
@@ -232,7 +232,6 @@ def test_the_score_is_speech_over_the_recordings_own_noise() -> None:
     assert wake_score([b"not opus at all"] * 40) is None  # nothing decodes: no score
     assert wake_score(mic_packets(wake_clip(-20, -50))[:2]) is None  # 0.12 s: too short to tell
     assert speech_over_noise(bytes(32000)) == 0.0  # digital silence: no speech over it
-    assert WINDOW < 0.5
 
 
 async def test_a_flood_of_wakes_and_endless_audio_stay_bounded(
@@ -254,3 +253,45 @@ async def test_a_flood_of_wakes_and_endless_audio_stay_bounded(
     await asyncio.gather(*tasks)
     assert not answered(far)
     assert hub_of(hass).nearest.rounds == 1
+
+
+async def test_a_slow_device_that_reports_after_the_choice_loses_and_is_named(
+    hass: HomeAssistant,
+    ready: Voice,
+    websocket_pair: tuple[SimulatedDevice, SimulatedDevice],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The near device wakes and is chosen alone; the far one reports the same word only then (a
+    slow Wi-Fi): it does not answer, and the event and diagnostics say so."""
+    monkeypatch.setattr(nearest, "LATE", 60.0)  # "soon after" without a race against the machine's load
+    far, near = websocket_pair
+    hub = hub_of(hass)
+    decisions = EventWaiter(hass, EVENT_NEAREST)
+    first = asyncio.create_task(near.say(speech_pcm(), wake_word="你好小智", silence_after=1.0))
+    await until(lambda: hub.nearest.rounds == 1)  # chosen: nobody else reported within the window
+    await far.say(speech_pcm(), wake_word="你好小智", silence_after=1.0)
+    await far.wait_closed()
+    await first
+    await until(lambda: answered(near), timeout=30)
+    assert not answered(far)
+    (event,) = await decisions.wait()
+    assert event.data["late"] is True
+    assert event.data["winner"] == hub.devices[MAC2].device_id
+    assert event.data["others"] == [hub.devices[MAC].device_id]
+    assert list(hub.nearest.recent)[-1]["late"] == ["Kitchen"]
+
+
+async def test_a_wake_phrase_left_over_is_no_wake_later(
+    hass: HomeAssistant,
+    ready: Voice,
+    websocket_pair: tuple[SimulatedDevice, SimulatedDevice],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A detect older than the wake audio's age (one no listen start followed: a client that gave
+    up) does not make a later turn a wake: nothing is arbitrated, the turn is answered."""
+    monkeypatch.setattr(listening, "WAKE_AUDIO_AGE", 0.0)  # every detect is "long ago" by its start
+    far, _near = websocket_pair
+    hub = hub_of(hass)
+    await far.say(speech_pcm(), mode="manual", wake_word="你好小智")
+    await until(lambda: answered(far), timeout=30)
+    assert hub.nearest.rounds == 0

@@ -185,7 +185,8 @@ class Listening:
         self._before_turn.clear()
         # Woken by its wake word: when other devices heard it too, the nearest goes on (nearest.py).
         contest = None
-        if wake_phrase is not None:
+        if wake_phrase is not None and woke_at is not None and now - woke_at <= WAKE_AUDIO_AGE:
+            # (A wake phrase left from long ago, a detect no listen start followed, is no wake now.)
             # Over WebSocket the wake audio came before the detect, in order: a device that sent none
             # competes without. Over UDP it may come after: the turn's first packets count too.
             turn.wake_audio = wake_audio if wake_audio or not link.audio_in_order else None

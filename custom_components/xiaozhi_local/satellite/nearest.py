@@ -135,9 +135,7 @@ class Nearest:
         won: asyncio.Future[bool] = loop.create_future()
         decided = self._decided.get(group)
         if decided is not None and now - decided.opened <= LATE and decided.winner is not device:
-            decided.record["late"].append(device.name)
-            _LOGGER.debug("%s woke %.0f ms after %s's wake, after the choice: it does not answer", device.name,
-                          (now - decided.opened) * 1000, decided.winner.name)  # fmt: skip
+            self._late(decided, device, now)
             won.set_result(False)
             return won
         if (current := self._rounds.get(group)) is None:
@@ -150,6 +148,17 @@ class Nearest:
             contender.score.add_done_callback(_retrieved)  # a replaced claim's score is read by nobody
         self._check(current)
         return won
+
+    def _late(self, decided: Decided, device: XiaozhiDevice, now: float) -> None:
+        """``device`` reported the word after the choice: it loses, and that is said like a choice."""
+        _LOGGER.debug("%s woke %.0f ms after %s's wake, after the choice: it does not answer", device.name,
+                      (now - decided.opened) * 1000, decided.winner.name)  # fmt: skip
+        record = decided.record
+        if device.name not in record["late"]:
+            record["late"].append(device.name)
+        if not any(kept is record for kept in self.recent):  # the winner was alone in its round
+            self.recent.append(record)
+        self._fire({"winner": decided.winner.device_id, "others": [device.device_id], "scores": {}, "late": True})
 
     def _pending(self, current: Round, apart: bool) -> list[XiaozhiDevice]:
         """Devices that opened a conversation around this wake but have not said they woke."""
@@ -232,6 +241,7 @@ class Nearest:
                     "winner": winner.device.device_id,
                     "others": [c.device.device_id for c in contenders if c is not winner],
                     "scores": {c.device.device_id: scores[c.device.mac] for c in contenders},
+                    "late": False,
                 }
             )
 
