@@ -269,6 +269,9 @@ def main() -> int:
         default="glibc",
         help="soak: Home Assistant's malloc (jemalloc as its container images preload it)",
     )
+    parser.add_argument(
+        "--no-recorder", action="store_true", help="soak: the control arm, without Home Assistant's recorder"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; do not update bench/README.md")
     args = parser.parse_args()
     reports: list[str] = []
@@ -326,6 +329,7 @@ def main() -> int:
                     warmup=args.warmup,
                     port=args.port,
                     allocator=args.allocator,
+                    recorder=not args.no_recorder,
                 )
             )
         )

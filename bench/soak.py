@@ -53,6 +53,8 @@ REPORT_EVERY = 10
 RECONNECT_S = 5.0
 IMAGE_BYTES = 2_500_000
 CONFIGURATION = "api:\nwebsocket_api:\nbench_probe:\nrecorder:\n  commit_interval: 5\nlogger:\n  default: warning\n"
+# The control arm (``--no-recorder``): the same work without the recorder, to tell its memory from ours.
+CONFIGURATION_NO_RECORDER = CONFIGURATION.replace("recorder:\n  commit_interval: 5\n", "")
 
 
 def slope(points: list[tuple[float, float]]) -> float:
@@ -372,6 +374,9 @@ class Soak:
             "in_use_mb": native.get("alloc_in_use_b", 0) / 2**20,
             "held_mb": native.get("alloc_held_b", 0) / 2**20,
             "allocator": native.get("allocator", "unknown"),
+            "anonymous_mb": native.get("maps_anonymous_kb", 0) / 1024,
+            "files_mb": (native.get("maps_library_kb", 0) + native.get("maps_file_kb", 0)) / 1024,
+            "pymalloc_arenas": native.get("pymalloc_arenas", 0),
             "threads": len(os.listdir(f"/proc/{pid}/task")),
             "tasks": probe.get("tasks"),
             "fds": probe.get("fds"),
@@ -447,17 +452,28 @@ def allocator_env(allocator: str) -> dict[str, str] | None:
 
 
 async def soak_run(
-    *, minutes: float, devices: int, restarts: int, warmup: float, port: int, allocator: str = "glibc"
+    *,
+    minutes: float,
+    devices: int,
+    restarts: int,
+    warmup: float,
+    port: int,
+    allocator: str = "glibc",
+    recorder: bool = True,
 ) -> str:
     """The whole run; writes its report under ``bench/results/`` (again every ten minutes, so that a
     run cut short leaves one) and returns the README section."""
     workdir = Path(tempfile.mkdtemp(prefix="xiaozhi-bench-soak-"))
-    stem = f"soak-{time.strftime('%Y-%m-%d')}" + ("" if allocator == "glibc" else f"-{allocator}")
+    stem = (
+        f"soak-{time.strftime('%Y-%m-%d')}"
+        + ("" if allocator == "glibc" else f"-{allocator}")
+        + ("" if recorder else "-no-recorder")
+    )
     pairs = [(mac_of(i), secrets.token_urlsafe(32)) for i in range(devices)]
     ws_macs = frozenset(mac for mac, _ in pairs[-max(1, devices // 10) :])
     config = workdir / "config"
     prepare(config, pairs, port, accept_without_code=True, mqtt_port=port + 1, websocket_macs=ws_macs)
-    (config / "configuration.yaml").write_text(CONFIGURATION)
+    (config / "configuration.yaml").write_text(CONFIGURATION if recorder else CONFIGURATION_NO_RECORDER)
     (config / "xiaozhi_firmware").mkdir()
     os.environ["BENCH_TRACEMALLOC"] = "1"  # the probe traces Python's heap (one frame) from its setup
     run = Run(port, config, env=allocator_env(allocator))

@@ -116,8 +116,20 @@ def _attribution_rows(attributions: list[dict[str, Any]]) -> tuple[list[str], li
         objects = Counter(end.get("objects", {}))
         objects.subtract(base.get("objects", {}))
         moved = ", ".join(f"{name.rsplit('.', 1)[-1]} {n:+d}" for name, n in objects.most_common(4) if n)
+        maps = ", ".join(
+            f"{kind} {(native.get(f'maps_{kind}_kb', 0) - native0.get(f'maps_{kind}_kb', 0)) / 1024:+.1f} MB"
+            for kind in ("anonymous", "heap", "library", "file", "stack")
+            if f"maps_{kind}_kb" in native
+        )
+        arenas = (
+            f"; pymalloc arenas {native0.get('pymalloc_arenas', 0)} → {native['pymalloc_arenas']} "
+            f"(blocks in use {delta('pymalloc_used_b'):+.1f} MB, free in its arenas {delta('pymalloc_free_b'):+.1f} MB)"
+            if "pymalloc_arenas" in native
+            else ""
+        )
         growth.append(
-            f"- Segment {segment}, minute {base['minute']:.0f} → {end['minute']:.0f}: RSS {rss:+.1f} MB. "
+            f"- Segment {segment}, minute {base['minute']:.0f} → {end['minute']:.0f}: RSS {rss:+.1f} MB"
+            f"{f' (by mapping: {maps}{arenas})' if maps else ''}. "
             f"{allocator}: in use {in_use:+.1f} MB (of which Python's traced heap {python:+.1f} MB, tracemalloc's own "
             f"{tracer:+.1f} MB, SQLite {sqlite:+.1f} MB), free but held {free:+.1f} MB. "
             f"Heap by file: {top or 'no change'}{f'; by line: {lines}' if lines else ''}. "
@@ -156,7 +168,8 @@ def report(
         f"{minutes:.0f} minutes, {devices} devices ({devices - max(1, devices // 10)} on MQTT+UDP, "
         f"{max(1, devices // 10)} on WebSocket), Home Assistant restarted {len(comebacks)} times "
         f"(the fleet back in {', '.join(f'{s:.0f} s' for s in comebacks) or '—'}); warm-up {warmup:.0f} minutes "
-        "per segment. Home Assistant in its own process with the recorder on and `tracemalloc` tracing one "
+        f"per segment. Home Assistant in its own process with the recorder "
+        f"{'off (the control arm)' if stem.endswith('-no-recorder') else 'on'} and `tracemalloc` tracing one "
         f"frame (its own memory is counted apart); allocator: {_allocator(samples)}."
     )
     segment_table = [

@@ -159,6 +159,62 @@ def _give_back() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
+def _mappings() -> dict[str, int]:
+    """Resident memory by kind of mapping (``/proc/self/smaps``, kB): the brk heap, anonymous
+    mappings (pymalloc's 1 MiB arenas, jemalloc's extents, thread stacks, large blocks), files
+    (libraries and the rest), and how many anonymous mappings there are."""
+    out: Counter[str] = Counter()
+    kind = "anonymous"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/smaps").read_text().splitlines():
+            head = line.split(maxsplit=5)
+            if len(head) >= 5 and "-" in head[0] and ":" not in head[0]:
+                name = head[5] if len(head) > 5 else ""
+                kind = (
+                    "heap" if name == "[heap]"
+                    else "stack" if name.startswith("[stack")
+                    else "anonymous" if not name or name.startswith("[anon")
+                    else "library" if ".so" in name
+                    else "other" if name.startswith("[")
+                    else "file"
+                )  # fmt: skip
+                out[f"maps_{kind}_n"] += 1
+            elif line.startswith("Rss:"):
+                out[f"maps_{kind}_kb"] += int(line.split()[1])
+    return dict(out)
+
+
+def _pymalloc() -> dict[str, int]:
+    """pymalloc's own figures (``sys._debugmallocstats``, which writes to stderr: read through a
+    pipe for the moment it writes): arenas held and the bytes in used and in free blocks."""
+    out: dict[str, int] = {}
+    read, write = os.pipe()
+    saved = os.dup(2)
+    try:
+        sys.stderr.flush()
+        os.dup2(write, 2)
+        sys._debugmallocstats()  # CPython's only count of its arenas
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(write)
+    with os.fdopen(read) as stream:
+        text = stream.read()
+    wanted = {
+        "# arenas allocated current": "pymalloc_arenas",
+        "# bytes in allocated blocks": "pymalloc_used_b",
+        "# bytes in available blocks": "pymalloc_free_b",
+        "Total": "pymalloc_total_b",
+    }
+    for line in text.splitlines():
+        key, _, value = line.rpartition("=")
+        key = key.strip()
+        if key in wanted and wanted[key] not in out:  # the first "Total": the arenas' own
+            with contextlib.suppress(ValueError):
+                out[wanted[key]] = int(value.strip().replace(",", ""))
+    return out
+
+
 def _native() -> dict[str, int | str]:
     """Native memory: the kernel's view (``smaps_rollup``, kB), glibc's (``mallinfo2``, bytes) and
     SQLite's own count of what it allocated (the recorder's page cache lives there)."""
@@ -187,6 +243,9 @@ def _native() -> dict[str, int | str]:
             out["alloc_in_use_b"] = info.uordblks + info.hblkhd
             out["alloc_held_b"] = info.fordblks
             out["alloc_mapped_b"] = info.hblkhd
+    out.update(_mappings())
+    with contextlib.suppress(OSError):
+        out.update(_pymalloc())
     with contextlib.suppress(OSError, AttributeError, ImportError):
         import _sqlite3  # noqa: PLC0415
 
