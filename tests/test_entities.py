@@ -366,6 +366,8 @@ async def test_entities_follow_a_device_added_later(
             "transport_state",
             "response_time",
             "speaker",
+            "reply_speaker",
+            "duck_room",
         )
     }
     from xiaozhi_sim import SimulatorOptions

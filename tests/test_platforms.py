@@ -41,6 +41,7 @@ PLATFORMS = [
     Platform.NUMBER,
     Platform.SELECT,
     Platform.SENSOR,
+    Platform.SWITCH,
 ]
 """The platforms of a device that connects without an OTA check (``STOCK_PLATFORMS``: with one)."""
 
@@ -63,6 +64,7 @@ MINIMAL_PLATFORMS = [
     Platform.MEDIA_PLAYER,
     Platform.SELECT,
     Platform.SENSOR,
+    Platform.SWITCH,
 ]
 """The platforms with entities for a client that offers no tool (the others have none then)."""
 

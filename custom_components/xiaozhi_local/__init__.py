@@ -38,6 +38,7 @@ PLATFORMS = [
     Platform.NUMBER,
     Platform.SELECT,
     Platform.SENSOR,
+    Platform.SWITCH,
     Platform.TEXT,
     Platform.UPDATE,
 ]

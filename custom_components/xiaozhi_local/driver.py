@@ -32,7 +32,7 @@ from .const import (
 from .device import XiaozhiDevice
 from .firmware.remote import CHECK_EVERY as FIRMWARE_CHECK_EVERY
 from .hub import XiaozhiHub
-from .repairs import async_mqtt_port, async_token_accepted
+from .repairs import async_mqtt_port, async_reply_player_played, async_token_accepted
 from .tasks import watched
 from .transport import choice as transport
 from .transport.mqtt import MqttEndpoint
@@ -64,6 +64,7 @@ class HubDriver:
             self.hub.firmware.async_forget(mac)
             self.hub.wake_words.async_cancel(gone)
             async_token_accepted(self.hass, mac)  # nothing of it to repair any more
+            async_reply_player_played(self.hass, mac)
             _LOGGER.info("Device %s was removed", mac)
             if gone.link is not None:
                 self.entry.async_create_task(self.hass, gone.link.async_close("device removed"))

@@ -170,3 +170,16 @@ def async_setup_device_entities(
     for device in list(hub.devices.values()):
         add_device(device)
     entry.async_on_unload(hub.async_add_device_listener(add_device))
+
+
+@callback
+def async_store_choice(
+    hass: HomeAssistant, entry: XiaozhiConfigEntry, device: XiaozhiDevice, key: str, value: object
+) -> None:
+    """A setting of Home Assistant's for the device, kept with it (its subentry); None removes it."""
+    subentry = entry.subentries[device.subentry_id]
+    data = {k: v for k, v in subentry.data.items() if k != key}
+    if value is not None:
+        data[key] = value
+    if data != dict(subentry.data):
+        hass.config_entries.async_update_subentry(entry, subentry, data=data)

@@ -9,6 +9,8 @@
   bound (another program has it). Devices keep the WebSocket; OTA hands out no ``mqtt``.
 - ``udp_blocked``: a device on MQTT talks (``listen start``) but none of its audio datagrams
   reaches Home Assistant: a firewall, or Docker without host networking, blocks the UDP port.
+- ``reply_player_failed``: the media player chosen for a device's replies could not play one
+  (missing, unavailable, refused): the reply played on the device instead.
 - ``pipeline_incomplete``: a device's assistant has no speech-to-text or text-to-speech, so it
   cannot answer the device (a fresh Home Assistant's default assistant has neither).
 """
@@ -34,6 +36,7 @@ WRONG_TOKEN_LIMIT = 5
 ISSUE_PIPELINE_INCOMPLETE = "pipeline_incomplete"
 ISSUE_MQTT_PORT = "mqtt_port_unavailable"
 ISSUE_UDP_BLOCKED = "udp_blocked"
+ISSUE_REPLY_PLAYER = "reply_player_failed"
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 _LOGGER = logging.getLogger(__name__)
 _WARNED: HassKey[set[tuple[str, str]]] = HassKey(f"{DOMAIN}_pipeline_warned")
@@ -105,6 +108,27 @@ def async_wrong_token(hass: HomeAssistant, mac: str, name: str, refusals: int) -
         translation_key=ISSUE_WRONG_TOKEN,
         translation_placeholders={"device": name, "mac": mac, "count": str(refusals)},
     )
+
+
+@callback
+def async_reply_player_failed(hass: HomeAssistant, mac: str, name: str, player: str, reason: str) -> None:
+    """The player chosen for ``name``'s replies could not play one: it played on the device."""
+    _LOGGER.warning("%s: its reply speaker %s could not play (%s); the device played it", name, player, reason)
+    ir.async_create_issue(
+        hass,
+        DOMAIN,
+        f"{ISSUE_REPLY_PLAYER}_{mac}",
+        is_fixable=False,
+        severity=ir.IssueSeverity.WARNING,
+        translation_key=ISSUE_REPLY_PLAYER,
+        translation_placeholders={"device": name, "player": player, "reason": reason},
+    )
+
+
+@callback
+def async_reply_player_played(hass: HomeAssistant, mac: str) -> None:
+    """The device's reply speaker played (or the device was removed): its issue, if any, is over."""
+    ir.async_delete_issue(hass, DOMAIN, f"{ISSUE_REPLY_PLAYER}_{mac}")
 
 
 @callback

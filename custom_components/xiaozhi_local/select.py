@@ -5,16 +5,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from homeassistant.components.assist_pipeline import AssistPipelineSelect, VadSensitivitySelect
+from homeassistant.components.media_player import DOMAIN as MEDIA_PLAYER_DOMAIN
 from homeassistant.components.select import SelectEntity, SelectEntityDescription
 from homeassistant.const import EntityCategory
-from homeassistant.core import HomeAssistant
+from homeassistant.core import Event, EventStateChangedData, HomeAssistant, callback
+from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers.device_registry import DeviceInfo
 from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
+from homeassistant.helpers.event import async_track_state_added_domain, async_track_state_removed_domain
 
-from .const import CONF_TRANSPORT, DOMAIN, TRANSPORT_HUB, TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
+from .const import (
+    CONF_REPLY_PLAYER,
+    CONF_TRANSPORT,
+    DOMAIN,
+    REPLY_ON_DEVICE,
+    TRANSPORT_HUB,
+    TRANSPORT_MQTT,
+    TRANSPORT_WEBSOCKET,
+)
 from .device import XiaozhiDevice
-from .entity import XiaozhiEntity, XiaozhiSettingDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
+from .entity import (
+    XiaozhiEntity,
+    XiaozhiSettingDescription,
+    XiaozhiValueEntity,
+    async_setup_device_entities,
+    async_store_choice,
+    rows_for,
+)
 from .hub import XiaozhiConfigEntry
 from .tools.table import THEMES, as_option
 from .wake_words.change import WakeWords, describe
@@ -60,6 +78,7 @@ async def async_setup_entry(
             ("pipeline", lambda: XiaozhiPipelineSelect(hass, device)),
             ("vad_sensitivity", lambda: XiaozhiVadSelect(hass, device)),
             ("transport", lambda: XiaozhiTransportSelect(entry, device)),
+            ("reply_speaker", lambda: XiaozhiReplySpeakerSelect(entry, device)),
             *rows(device),
             *([("wake_word", lambda: XiaozhiWakeWordSelect(entry, device))] if takes_wake_word(device) else []),
         ]
@@ -141,11 +160,68 @@ class XiaozhiTransportSelect(XiaozhiEntity, SelectEntity):
 
         The hub's endpoint starts if this device is the first to want MQTT (the entry's update).
         """
-        subentry = self.entry.subentries[self.device.subentry_id]
-        data = {key: value for key, value in subentry.data.items() if key != CONF_TRANSPORT}
-        if option != TRANSPORT_HUB:
-            data[CONF_TRANSPORT] = option
-        self.hass.config_entries.async_update_subentry(self.entry, subentry, data=data)
+        async_store_choice(
+            self.hass, self.entry, self.device, CONF_TRANSPORT, None if option == TRANSPORT_HUB else option
+        )
+        self.async_write_ha_state()
+
+
+REPLY_SPEAKER = SelectEntityDescription(
+    key="reply_speaker", translation_key="reply_speaker", entity_category=EntityCategory.CONFIG
+)
+
+
+class XiaozhiReplySpeakerSelect(XiaozhiEntity, SelectEntity):
+    """Where the device's replies play: ``device`` (its own speaker), or a media player's entity id.
+
+    Announcements and questions follow; timers ring on the device (satellite/reply_speaker.py). Stored with
+    the device (its subentry). The options are Home Assistant's media players (the device's own
+    aside), kept current as players come and go; a chosen player that went stays listed.
+    """
+
+    def __init__(self, entry: XiaozhiConfigEntry, device: XiaozhiDevice) -> None:
+        super().__init__(device, REPLY_SPEAKER)
+        self.entry = entry
+
+    async def async_added_to_hass(self) -> None:
+        """Follow the device, and the media players that come and go."""
+        await super().async_added_to_hass()
+
+        @callback
+        def players_changed(_event: Event[EventStateChangedData]) -> None:
+            self.async_write_ha_state()
+
+        self.async_on_remove(async_track_state_added_domain(self.hass, MEDIA_PLAYER_DOMAIN, players_changed))
+        self.async_on_remove(async_track_state_removed_domain(self.hass, MEDIA_PLAYER_DOMAIN, players_changed))
+
+    @property
+    def available(self) -> bool:
+        """Always: the choice is Home Assistant's, the device need not be connected."""
+        return True
+
+    @property
+    def options(self) -> list[str]:
+        """The device itself, then every media player but the device's own."""
+        own = {
+            entity.entity_id
+            for entity in er.async_entries_for_device(er.async_get(self.hass), self.device.device_id or "")
+        }
+        players = sorted(set(self.hass.states.async_entity_ids(MEDIA_PLAYER_DOMAIN)) - own)
+        current = self.current_option
+        return [REPLY_ON_DEVICE, *players, *([current] if current not in (REPLY_ON_DEVICE, *players) else [])]
+
+    @property
+    def current_option(self) -> str:
+        """The chosen player, or ``device``."""
+        subentry = self.entry.subentries.get(self.device.subentry_id)
+        choice = subentry.data.get(CONF_REPLY_PLAYER) if subentry is not None else None
+        return choice if isinstance(choice, str) and choice.startswith(f"{MEDIA_PLAYER_DOMAIN}.") else REPLY_ON_DEVICE
+
+    async def async_select_option(self, option: str) -> None:
+        """Store it: the next reply plays there."""
+        async_store_choice(
+            self.hass, self.entry, self.device, CONF_REPLY_PLAYER, None if option == REPLY_ON_DEVICE else option
+        )
         self.async_write_ha_state()
 
 

@@ -7,6 +7,7 @@ firmware plays it (2.5), else as an alert. Media asked for during a turn follows
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 import contextlib
+from contextvars import ContextVar
 import logging
 from typing import Any
 
@@ -23,8 +24,9 @@ from ..errors import translated_error
 from ..link import DeviceLink
 from ..protocol import voice
 from ..sound import speaker
-from ..sound.announcements import Announcement
+from ..sound.announcements import Announcement, PcmSource
 from ..sound.media import MediaUnreadable
+from .reply_speaker import PlayerFailed
 from .runner import Runner
 from .runs import (
     Run,
@@ -32,6 +34,9 @@ from .runs import (
 
 _LOGGER = logging.getLogger(__package__)
 
+
+ON_DEVICE: ContextVar[bool] = ContextVar("xiaozhi_local_on_device", default=False)
+"""Set while a timer rings: its announcement stays on the device, whatever its reply speaker."""
 
 type Announce = Callable[..., Coroutine[Any, Any, None]]
 """The satellite's ``async_internal_announce`` (what ``assist_satellite.announce`` runs)."""
@@ -69,6 +74,7 @@ class Playback:
     async def _async_ring(self, link: DeviceLink, ring: dict[str, Any]) -> None:
         """Say it (in a conversation, or by ``notify`` on 2.5); the alert's sound where it cannot be said."""
         if link.audio_open or self.device.plays_notify:
+            ON_DEVICE.set(True)  # this task's own context: the ring is the device's, not its reply speaker's
             try:
                 await self._announce(message=ring["message"], preannounce=False)
             except HomeAssistantError as err:  # no text-to-speech, say
@@ -156,7 +162,17 @@ class Playback:
             sources = speaker.announcement_sources(runner.hass, announcement)
         except MediaUnreadable as err:  # refused before anything is said (never a local file)
             raise translated_error("media_unreadable", device=self.device.name, reason=str(err)) from None
+        player = None if ON_DEVICE.get() or not announcement.media_id else runner.speaker.player()
         if not link.audio_open:
+            if player is not None:
+                try:  # the device shows nothing while idle: the player says it
+                    await runner.speaker.async_speak(
+                        None, player, announcement.media_id, speaker.chained(sources[-1:]), lambda: None, None
+                    )
+                except PlayerFailed:  # said in a repair (reply_speaker.py): the device says it
+                    pass
+                else:
+                    return
             if not announcement.message and not self.device.plays_notify:
                 # Media only (a sound, or speech picked in the media browser): no text to show in
                 # an alert, and a 2.4 device plays nothing while idle. Say why (not its URL).
@@ -171,7 +187,7 @@ class Playback:
         runner.send_ai(run, "chunk", announcement.message)
         runner.send_ai(run, "final", announcement.message)
         # Its own task: a barge-in cancels the playback, never the caller (the action).
-        task = runner.background(runner.async_play(run, speaker.chained(sources), respond=False), "announce")
+        task = runner.background(self._async_say(run, sources, player, announcement.media_id), "announce")
         run.tts_task = task
         try:
             await asyncio.wait({task})  # returns when it is played (or interrupted)
@@ -180,6 +196,22 @@ class Playback:
             raise
         finally:
             runner.finished(run)
+
+    async def _async_say(self, run: Run, sources: list[PcmSource], player: str | None, url: str) -> None:
+        """An announcement on the device's reply speaker; on the device when it cannot play it.
+
+        The player gets the message without the chime: its own ``announce`` has one.
+        """
+        if player is not None:
+            try:
+                await self._runner.speaker.async_speak(
+                    run.link, player, url, speaker.chained(sources[-1:]), lambda: run.tts_text, None
+                )
+            except PlayerFailed:  # said in a repair (reply_speaker.py); nothing reached the device yet
+                pass
+            else:
+                return
+        await self._runner.async_play(run, speaker.chained(sources), respond=False)
 
     @property
     def media_title(self) -> str | None:

@@ -31,6 +31,8 @@ from ..protocol import voice
 from ..repairs import async_pipeline_incomplete, async_pipeline_served
 from ..sound import speaker
 from ..sound.media import tts_pcm
+from .quiet import QuietRoom
+from .reply_speaker import PlayerFailed, ReplySpeaker
 from .runs import (
     CANNOT_SERVE,
     QUIET_ERRORS,
@@ -69,6 +71,8 @@ class Runner:
         self.entry = entry
         self.pipeline = pipeline
         self._reply_over = reply_over  # HA's public way to say the response is over
+        self.quiet = QuietRoom(device, entry, self.background)  # the room made quieter while it talks
+        self.speaker = ReplySpeaker(device, entry, self.background, self.quiet)  # where replies play
         self.run: Run | None = None  # the current exchange
         self.events_for: Run | None = None  # the run whose pipeline is executing (its events are its own)
         self.unanswered: set[asyncio.Future[None]] = set()  # each set when its question's answer cannot come
@@ -81,6 +85,8 @@ class Runner:
     def begin(self, run: Run) -> Run | None:
         """``run`` is the current exchange from now on; returns the one it replaces (cancelled)."""
         previous, self.run = self.run, run
+        if run.media is None:
+            self.quiet.duck()  # the room goes quieter while the device listens and speaks (its switch)
         if previous is not None:
             previous.cancel()
             if previous.media is not None:
@@ -91,6 +97,7 @@ class Runner:
     def idle(self) -> None:
         """No exchange runs any more: whoever waits for that (a firmware install) is told."""
         self.run = None
+        self.quiet.later()
         self.device.async_activity_changed()
 
     @callback
@@ -197,6 +204,7 @@ class Runner:
         match event.type:
             case PipelineEventType.RUN_START:
                 run.tts_token = (data.get("tts_output") or {}).get("token")
+                run.tts_url = (data.get("tts_output") or {}).get("url")
             case PipelineEventType.STT_VAD_START:
                 if (conversation := self.device.conversation_of(run.link)) is not None:
                     conversation.heard()  # someone speaks: the next listening counts anew
@@ -269,10 +277,32 @@ class Runner:
     def _start_tts(self, run: Run, token: str | None) -> None:
         run.tts_started = True
         async_pipeline_served(self.hass)
-        source = tts_pcm(self.hass, token) if token else None
-        run.tts_task = self.background(self.async_play(run, source, respond=True), "tts")
+        if token and run.tts_url and (player := self.speaker.player()) is not None:
+            run.tts_task = self.background(self._async_reply_on(run, player, token, run.tts_url), "tts")
+        else:
+            source = tts_pcm(self.hass, token) if token else None
+            run.tts_task = self.background(self.async_play(run, source, respond=True), "tts")
         if run.media_check is not None:  # media waits for this reply
             run.tts_task.add_done_callback(run.media_check)
+
+    async def _async_reply_on(self, run: Run, player: str, token: str, url: str) -> None:
+        """The reply on the device's reply speaker; on the device when that player cannot play it.
+
+        Media asked for during the turn still follows on the device.
+        """
+        try:
+            await self.speaker.async_speak(
+                run.link, player, url, tts_pcm(self.hass, token), lambda: run.tts_text, run.stages
+            )
+        except PlayerFailed:  # said in a repair (reply_speaker.py); nothing reached the device yet
+            await self.async_play(run, tts_pcm(self.hass, token), respond=True)
+            return
+        if run.then_media is not None and not run.cancelled:
+            run.tts_text = None  # shown already: the media's title follows
+            await self.async_play(run, None, respond=True)
+            return
+        if not run.cancelled:
+            self._reply_done(run)
 
     async def async_play(self, run: Run, source: AsyncIterator[bytes] | None, *, respond: bool) -> None:
         """Play on the run's channel (``speaker.async_speak``); a reply then ends the run.
@@ -288,10 +318,14 @@ class Runner:
             await speaker.async_speak(self.hass, run.link, source, lambda: run.tts_text, watch)
         finally:
             if respond and not run.cancelled:
-                if run.stages is not None:
-                    self.device.response_times.add(run.stages)
-                self._replied(run)
-                self.finished(run)
+                self._reply_done(run)
+
+    def _reply_done(self, run: Run) -> None:
+        """The reply was heard: its stages are kept, and the run is over."""
+        if run.stages is not None:
+            self.device.response_times.add(run.stages)
+        self._replied(run)
+        self.finished(run)
 
     async def _reply_then_media(self, run: Run, reply: AsyncIterator[bytes] | None) -> AsyncGenerator[bytes]:
         """The reply's PCM, then the media asked for meanwhile (if any), as one stream."""
@@ -348,3 +382,4 @@ class Runner:
         if self.run is not None:
             self.run.cancel()
             self.run = None
+        self.quiet.release()

@@ -88,6 +88,7 @@ class Run:
     task: asyncio.Task[None] | None = None  # the pipeline (a turn or typed text)
     tts_task: asyncio.Task[None] | None = None
     tts_token: str | None = None
+    tts_url: str | None = None  # the same speech as a URL, for a reply speaker (satellite/reply_speaker.py)
     tts_started: bool = False
     tts_text: str | None = None
     continue_conversation: bool = False

@@ -101,12 +101,12 @@ async def async_speak(
     shown = 0
     try:
         if source is None:
-            await _show_sentences(link, text, shown, math.inf)
+            await show_sentences(link, text, shown, math.inf)
             return
 
         async def send(packet: bytes, offset_ms: int) -> bool:
             nonlocal shown
-            shown = await _show_sentences(link, text, shown, offset_ms / 1000)
+            shown, _next = await show_sentences(link, text, shown, offset_ms / 1000)
             link.touch()
             sent = await link.async_send_audio(packet, offset_ms)
             if sent and watch is not None:
@@ -121,7 +121,7 @@ async def async_speak(
                 if watch is not None:
                     watch.first_pcm(loop.time())
                 await pacer.feed(pcm)
-            shown = await _show_sentences(link, text, shown, math.inf)
+            shown, _next = await show_sentences(link, text, shown, math.inf)
             await pacer.finish()  # returns once the device has played it all
     except ConnectionError as err:  # the device went away (or a pairing session was replaced): normal
         _LOGGER.debug("Device %s: speech stopped: %s", link.device.mac, err)
@@ -134,15 +134,18 @@ async def async_speak(
         link.touch()
 
 
-async def _show_sentences(link: SpeakerLink, text: TextSource, shown: int, heard: float) -> int:
-    """``tts sentence_start`` for each sentence whose (estimated) time has come."""
+async def show_sentences(link: SpeakerLink, text: TextSource, shown: int, heard: float) -> tuple[int, float | None]:
+    """``tts sentence_start`` for each sentence whose (estimated) time has come, ``heard`` seconds in.
+
+    Returns how many are shown now, and when the next one is due (None: all are shown).
+    """
     sentences = split_sentences(text() or "")
     offset = sum(speech_seconds(s) for s in sentences[:shown])
     while shown < len(sentences) and offset <= heard:
         await link.async_send_json(voice.tts_sentence(sentences[shown]))
         offset += speech_seconds(sentences[shown])
         shown += 1
-    return shown
+    return shown, (offset if shown < len(sentences) else None)
 
 
 async def chained(sources: list[PcmSource]) -> AsyncGenerator[bytes]:

@@ -1,0 +1,247 @@
+"""A quieter room while a device talks: its area's playing media players, and their volume back.
+
+With the device's "Quieter room while talking" switch on, the media players of its area that are
+playing are set to a quarter of their volume while an exchange runs (``Runner.begin``), and put
+back to exactly the volume they had 1.5 s after it ends (a continued conversation keeps them down),
+when the device drops, or when its entity goes. A volume someone changed meanwhile is left as they
+set it; a player that cannot take its volume back now gets it when it is available again. The
+reply speaker (``reply_speaker.py``) gets its own volume back before it plays a reply.
+"""
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+import logging
+from typing import Any, Final
+
+from homeassistant.components.media_player import (
+    ATTR_MEDIA_VOLUME_LEVEL,
+    DOMAIN as MEDIA_PLAYER_DOMAIN,
+    MediaPlayerEntityFeature,
+    MediaPlayerState,
+)
+from homeassistant.config_entries import ConfigEntryState
+from homeassistant.const import ATTR_ENTITY_ID, ATTR_SUPPORTED_FEATURES, SERVICE_VOLUME_SET, STATE_UNAVAILABLE
+from homeassistant.core import CALLBACK_TYPE, Event, EventStateChangedData, HomeAssistant, callback
+from homeassistant.exceptions import HomeAssistantError
+from homeassistant.helpers import device_registry as dr, entity_registry as er
+from homeassistant.helpers.event import async_track_state_change_event
+from homeassistant.util.hass_dict import HassKey
+import probatio as vol
+
+from ..const import CONF_DUCK_ROOM, DOMAIN
+from ..device import XiaozhiDevice
+from ..hub import XiaozhiConfigEntry
+
+_LOGGER = logging.getLogger(__package__)
+
+DUCK_FACTOR: Final = 0.25
+"""The share of its volume a playing player of the room keeps while the device listens and speaks."""
+RESTORE_AFTER: Final = 1.5
+"""Seconds after an exchange ends before the room's volume comes back (the next turn of a continued
+conversation starts sooner, and keeps it down)."""
+VOLUME_TIMEOUT: Final = 5.0
+"""Seconds a player has to take a volume."""
+SAME_VOLUME: Final = 0.005
+"""Volumes closer than this are the same (players round what they are given)."""
+PLAYING: Final = frozenset({MediaPlayerState.PLAYING, MediaPlayerState.BUFFERING})
+
+
+def chosen(entry: XiaozhiConfigEntry, device: XiaozhiDevice, key: str) -> Any:
+    """A choice stored with the device (its subentry); None when it has none."""
+    subentry = entry.subentries.get(device.subentry_id)
+    return subentry.data.get(key) if subentry is not None else None
+
+
+@dataclass(slots=True)
+class _Ducked:
+    """A player made quieter: the volume it had, the one it got, and the devices talking near it."""
+
+    before: float
+    quieter: float
+    holders: set[str] = field(default_factory=set)  # MACs: the volume comes back when none is left
+    returning: CALLBACK_TYPE | None = None  # waits for the player to be available again
+
+
+_DUCKED: HassKey[dict[str, _Ducked]] = HassKey(f"{DOMAIN}_ducked")
+"""Every player made quieter, by entity id: shared, as two devices of a room may talk at once."""
+
+
+class QuietRoom:
+    """The players of a device's area made quieter, and their volumes given back."""
+
+    def __init__(
+        self,
+        device: XiaozhiDevice,
+        entry: Callable[[], XiaozhiConfigEntry],
+        background: Callable[[Any, str], asyncio.Task[Any]],
+    ) -> None:
+        self.device = device
+        self.hass: HomeAssistant = device.hass
+        self._entry = entry
+        self._background = background
+        self._mine: set[str] = set()  # the players this device holds down
+        self._restore: asyncio.TimerHandle | None = None
+
+    @property
+    def _ducked(self) -> dict[str, _Ducked]:
+        return self.hass.data.setdefault(_DUCKED, {})
+
+    def _area_players(self) -> list[str]:
+        """The media players of the device's area, not the device's own."""
+        device_registry = dr.async_get(self.hass)
+        own = device_registry.async_get(self.device.device_id) if self.device.device_id else None
+        if own is None or own.area_id is None:
+            return []
+        found = []
+        for entity in er.async_get(self.hass).entities.values():
+            if entity.domain != MEDIA_PLAYER_DOMAIN or entity.device_id == own.id or entity.disabled:
+                continue
+            area = entity.area_id
+            if area is None and entity.device_id is not None:
+                holder = device_registry.async_get(entity.device_id)
+                area = holder.area_id if holder is not None else None
+            if area == own.area_id:
+                found.append(entity.entity_id)
+        return found
+
+    @callback
+    def duck(self) -> None:
+        """An exchange begins: the room's playing players go quieter (when the device's switch says so)."""
+        if self._restore is not None:
+            self._restore.cancel()
+            self._restore = None
+        if chosen(self._entry(), self.device, CONF_DUCK_ROOM) is not True:
+            return
+        for player in self._area_players():
+            if player in self._mine:
+                continue
+            if (ducked := self._ducked.get(player)) is not None:  # down already (another device, or pending)
+                if ducked.returning is not None:
+                    ducked.returning()
+                    ducked.returning = None
+                ducked.holders.add(self.device.mac)
+                self._mine.add(player)
+                continue
+            state = self.hass.states.get(player)
+            if state is None or state.state not in PLAYING:
+                continue
+            features = MediaPlayerEntityFeature(state.attributes.get(ATTR_SUPPORTED_FEATURES, 0))
+            volume = state.attributes.get(ATTR_MEDIA_VOLUME_LEVEL)
+            if MediaPlayerEntityFeature.VOLUME_SET not in features or not isinstance(volume, (int, float)):
+                continue
+            quieter = round(float(volume) * DUCK_FACTOR, 3)
+            self._ducked[player] = _Ducked(float(volume), quieter, {self.device.mac})
+            self._mine.add(player)
+            self._background(self._async_volume(player, quieter), "duck")
+
+    @callback
+    def later(self) -> None:
+        """The exchange ended: the room's volume comes back soon, unless another begins."""
+        if self._mine and self._restore is None:
+            self._restore = self.hass.loop.call_later(RESTORE_AFTER, self.give_back)
+
+    @callback
+    def give_back(self) -> None:
+        """Every player this device holds down back to the volume it had, now.
+
+        Tasks Home Assistant waits for when it stops; not the entry's, which its unload cancels.
+        """
+        if self._restore is not None:
+            self._restore.cancel()
+            self._restore = None
+        for player in list(self._mine):
+            self.hass.async_create_task(
+                self.async_give_back(player), f"xiaozhi_local volume back {self.device.mac}", eager_start=True
+            )
+
+    async def async_give_back(self, player: str) -> None:
+        """``player``'s volume back (if this device made it quieter and no other holds it down)."""
+        if player not in self._mine:
+            return
+        self._mine.discard(player)
+        ducked = self._ducked.get(player)
+        if ducked is None:
+            return
+        ducked.holders.discard(self.device.mac)
+        if ducked.holders or ducked.returning is not None:
+            return  # another device of the room still talks; or it waits for the player already
+        await _async_give_back(self.hass, player, ducked)
+
+    async def _async_volume(self, player: str, level: float) -> None:
+        try:
+            await _async_set_volume(self.hass, player, level)
+        except (HomeAssistantError, TimeoutError, vol.Invalid) as err:
+            _LOGGER.warning("%s: the volume of %s could not be lowered: %s", self.device.name, player, err)
+
+    @callback
+    def release(self) -> None:
+        """The entity goes: the room's volume comes back now.
+
+        When the integration unloads, no player is waited for any more (what could not be given
+        back was logged).
+        """
+        self.give_back()
+        if self._entry().state is not ConfigEntryState.LOADED:
+            for ducked in list(self._ducked.values()):
+                if ducked.returning is not None:
+                    ducked.returning()
+
+
+async def _async_set_volume(hass: HomeAssistant, player: str, level: float) -> None:
+    async with asyncio.timeout(VOLUME_TIMEOUT):
+        await hass.services.async_call(
+            MEDIA_PLAYER_DOMAIN,
+            SERVICE_VOLUME_SET,
+            {ATTR_ENTITY_ID: player, ATTR_MEDIA_VOLUME_LEVEL: level},
+            blocking=True,
+        )
+
+
+async def _async_give_back(hass: HomeAssistant, player: str, ducked: _Ducked) -> None:
+    """The player's volume back to what it had; left as it is if someone changed it meanwhile.
+
+    When it cannot take it now: once it is available again (the wait ends when the entry unloads).
+    """
+    shared = hass.data.setdefault(_DUCKED, {})
+    state = hass.states.get(player)
+    if state is not None and state.state != STATE_UNAVAILABLE:
+        volume = state.attributes.get(ATTR_MEDIA_VOLUME_LEVEL)
+        if isinstance(volume, (int, float)) and abs(float(volume) - ducked.quieter) > SAME_VOLUME:
+            _LOGGER.debug("%s was set to %s meanwhile; left so", player, volume)
+            shared.pop(player, None)
+            return
+        try:
+            await _async_set_volume(hass, player, ducked.before)
+        except (HomeAssistantError, TimeoutError, vol.Invalid) as err:
+            why = str(err) or type(err).__name__
+        else:
+            if shared.get(player) is ducked and not ducked.holders:
+                shared.pop(player, None)
+            return
+    else:
+        why = "it is unavailable"
+    _LOGGER.warning(
+        "The volume of %s cannot be put back to %s now (%s); it will be when the player is back",
+        player,
+        ducked.before,
+        why,
+    )
+
+    @callback
+    def on_change(event: Event[EventStateChangedData]) -> None:
+        new = event.data["new_state"]
+        if new is None or new.state == STATE_UNAVAILABLE or ducked.returning is None:
+            return
+        stop_waiting()
+        if not ducked.holders:
+            hass.async_create_task(_async_give_back(hass, player, ducked), "xiaozhi_local volume back")
+
+    @callback
+    def stop_waiting() -> None:
+        if ducked.returning is not None:
+            ducked.returning = None
+            remove()
+
+    remove = async_track_state_change_event(hass, player, on_change)
+    ducked.returning = stop_waiting

@@ -1,0 +1,274 @@
+"""The reply speaker: a device's replies, announcements and questions on a media player chosen for it.
+
+A device's "Reply speaker" select names a ``media_player`` (default: the device itself). Replies,
+announcements and questions then play there, with ``announce`` where the player supports it,
+while the device shows the text in its speaking state; its ``tts stop`` (which reopens the
+microphone in a continued conversation) waits until the player has finished. A player says so by
+leaving ``playing``; one that does not (an announcement over music keeps ``playing``) is taken as
+finished when the reply's length (counted from the same audio) has passed. A player that is
+missing, unavailable or refuses the call: the reply plays on the device, and a repair says why (it
+goes when the player plays again). Timers ring on the device (``playback.py``).
+"""
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+import contextlib
+import logging
+import math
+from typing import Any, Final
+
+from homeassistant.components.media_player import (
+    ATTR_MEDIA_ANNOUNCE,
+    ATTR_MEDIA_CONTENT_ID,
+    ATTR_MEDIA_CONTENT_TYPE,
+    DOMAIN as MEDIA_PLAYER_DOMAIN,
+    SERVICE_PLAY_MEDIA,
+    MediaPlayerEntityFeature,
+    MediaType,
+    async_process_play_media_url,
+)
+from homeassistant.const import (
+    ATTR_ENTITY_ID,
+    ATTR_SUPPORTED_FEATURES,
+    SERVICE_MEDIA_STOP,
+    STATE_UNAVAILABLE,
+)
+from homeassistant.core import CALLBACK_TYPE, Event, EventStateChangedData, HomeAssistant, State, callback
+from homeassistant.exceptions import HomeAssistantError
+from homeassistant.helpers.event import async_track_state_change_event
+import probatio as vol
+
+from ..const import CONF_REPLY_PLAYER
+from ..device import XiaozhiDevice
+from ..hub import XiaozhiConfigEntry
+from ..protocol import voice
+from ..protocol.messages import DOWNLINK_SAMPLE_RATE
+from ..repairs import async_reply_player_failed, async_reply_player_played
+from ..sound.speaker import SpeakerLink, SpeechWatch, show_sentences
+from .quiet import PLAYING, VOLUME_TIMEOUT, QuietRoom, chosen
+
+_LOGGER = logging.getLogger(__package__)
+
+PLAY_TIMEOUT: Final = 10.0
+"""Seconds a player has to take the ``play_media`` call before the reply goes to the device."""
+END_GRACE: Final = 1.5
+"""Seconds after the reply's length when a player that does not say it finished is taken as finished."""
+END_LIMIT: Final = 30.0
+"""Seconds after the reply's length after which the device stops waiting for any player."""
+
+
+class PlayerFailed(Exception):
+    """The chosen player cannot play the reply (the reason, for the log and the repair)."""
+
+
+async def _seconds(pcm: AsyncIterator[bytes], watch: SpeechWatch | None) -> float:
+    """How long the reply is: its PCM (at the downlink rate), counted as fast as it comes."""
+    loop = asyncio.get_running_loop()
+    total = 0
+    try:
+        async for chunk in pcm:
+            if watch is not None:
+                watch.first_pcm(loop.time())
+            total += len(chunk)
+    finally:
+        if isinstance(pcm, AsyncGenerator):
+            await pcm.aclose()  # now (an ffmpeg of a media source ends with it), not at a later GC
+    return total / (2 * DOWNLINK_SAMPLE_RATE)
+
+
+class _Watch:
+    """A player's states from the moment it is entered (the last 16), and an event on each change."""
+
+    def __init__(self, hass: HomeAssistant, player: str) -> None:
+        self._hass = hass
+        self._player = player
+        self.states: list[State] = []
+        self.changed = asyncio.Event()
+        self._remove: CALLBACK_TYPE | None = None
+
+    @callback
+    def _on_change(self, event: Event[EventStateChangedData]) -> None:
+        if (new := event.data["new_state"]) is not None:
+            self.states.append(new)
+            del self.states[:-16]
+        self.changed.set()
+
+    async def __aenter__(self) -> _Watch:
+        self._remove = async_track_state_change_event(self._hass, self._player, self._on_change)
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._remove is not None:
+            self._remove()
+
+
+async def _async_show(link: SpeakerLink, text: Callable[[], str | None], begun: float, shown: list[int]) -> None:
+    """The reply's sentences, each when the player should be saying it (``shown[0]``: how many are)."""
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(ConnectionError):
+        while True:
+            shown[0], next_at = await show_sentences(link, text, shown[0], loop.time() - begun)
+            if next_at is None:
+                return
+            await asyncio.sleep(max(0.05, next_at - (loop.time() - begun)))
+
+
+class ReplySpeaker:
+    """Where a device's replies play when a media player is chosen for them."""
+
+    def __init__(
+        self,
+        device: XiaozhiDevice,
+        entry: Callable[[], XiaozhiConfigEntry],
+        background: Callable[[Any, str], asyncio.Task[Any]],
+        quiet: QuietRoom,
+    ) -> None:
+        self.device = device
+        self.hass: HomeAssistant = device.hass
+        self._entry = entry
+        self._background = background
+        self._quiet = quiet
+
+    def player(self) -> str | None:
+        """The media player chosen for the device's replies; None: the device itself."""
+        value = chosen(self._entry(), self.device, CONF_REPLY_PLAYER)
+        return value if isinstance(value, str) and value.startswith(f"{MEDIA_PLAYER_DOMAIN}.") else None
+
+    async def async_speak(  # noqa: PLR0917 - one reply's parts
+        self,
+        link: SpeakerLink | None,
+        player: str,
+        url: str,
+        pcm: AsyncIterator[bytes],
+        text: Callable[[], str | None],
+        watch: SpeechWatch | None,
+    ) -> None:
+        """Play ``url`` on ``player``; the device (``link``) shows ``text`` until it has finished.
+
+        ``pcm`` is the same audio, read here only for its length. Raises ``PlayerFailed`` (and
+        says why in a repair) before anything reaches the device when the player cannot play it.
+        Cancelled (a wake word, a new exchange): the player stops what it plays of it.
+        """
+        loop = asyncio.get_running_loop()
+        length = self.device.async_create_task(_seconds(pcm, watch), f"xiaozhi_local reply length {self.device.mac}")
+        try:
+            async with _Watch(self.hass, player) as seen:
+                absolute = await self._async_play(player, url)
+                async_reply_player_played(self.hass, self.device.mac)
+                if watch is not None:
+                    watch.frame_sent(loop.time())  # the player took it: its first sound is now
+                begun = loop.time()
+                if link is None:
+                    await self._async_until_finished(player, seen, absolute, begun, length)
+                    return
+                shown = [0]
+                await link.async_send_json(voice.tts_start())
+                try:
+                    shows = self.device.async_create_task(
+                        _async_show(link, text, begun, shown), f"xiaozhi_local reply text {self.device.mac}"
+                    )
+                    try:
+                        await self._async_until_finished(player, seen, absolute, begun, length)
+                    finally:
+                        shows.cancel()
+                    await show_sentences(link, text, shown[0], math.inf)
+                except asyncio.CancelledError:
+                    self._background(self._async_stop(player, absolute), "reply stop")
+                    raise
+                finally:
+                    with contextlib.suppress(ConnectionError):
+                        await link.async_send_json(voice.tts_stop())
+                    if watch is not None:
+                        watch.frame_sent(loop.time())
+        except PlayerFailed as err:
+            async_reply_player_failed(self.hass, self.device.mac, self.device.name, player, str(err))
+            raise
+        finally:
+            length.cancel()
+
+    async def _async_play(self, player: str, url: str) -> str:
+        """The ``play_media`` call (``announce`` where supported); the URL as the player got it."""
+        state = self.hass.states.get(player)
+        if state is None:
+            raise PlayerFailed("it does not exist")
+        if state.state == STATE_UNAVAILABLE:
+            raise PlayerFailed("it is unavailable")
+        features = MediaPlayerEntityFeature(state.attributes.get(ATTR_SUPPORTED_FEATURES, 0))
+        if MediaPlayerEntityFeature.PLAY_MEDIA not in features:
+            raise PlayerFailed("it cannot play media")
+        try:
+            absolute = async_process_play_media_url(self.hass, url)
+        except HomeAssistantError as err:  # no URL of Home Assistant's that a player can reach
+            raise PlayerFailed(str(err)) from None
+        data: dict[str, Any] = {
+            ATTR_ENTITY_ID: player,
+            ATTR_MEDIA_CONTENT_ID: absolute,
+            ATTR_MEDIA_CONTENT_TYPE: MediaType.MUSIC,
+        }
+        if MediaPlayerEntityFeature.MEDIA_ANNOUNCE in features:
+            data[ATTR_MEDIA_ANNOUNCE] = True
+        await self._quiet.async_give_back(player)  # a player of the room plays the reply at its own volume
+        try:
+            async with asyncio.timeout(PLAY_TIMEOUT):
+                await self.hass.services.async_call(MEDIA_PLAYER_DOMAIN, SERVICE_PLAY_MEDIA, data, blocking=True)
+        except TimeoutError:
+            raise PlayerFailed(f"it did not take the reply within {PLAY_TIMEOUT:.0f} s") from None
+        except (HomeAssistantError, vol.Invalid) as err:
+            raise PlayerFailed(str(err) or type(err).__name__) from None
+        return absolute
+
+    async def _async_until_finished(
+        self, player: str, seen: _Watch, url: str, begun: float, length: asyncio.Task[float]
+    ) -> None:
+        """Until the player has played it.
+
+        It left ``playing`` (or its content changed) after playing it; or, when it never says, the
+        reply's length and ``END_GRACE`` have passed.
+        """
+        loop = asyncio.get_running_loop()
+        seconds: float | None = None
+        started = False
+        while True:
+            if seconds is None and length.done():
+                seconds = length.result() if not length.cancelled() and length.exception() is None else 0.0
+            for state in seen.states:
+                ours = state.attributes.get(ATTR_MEDIA_CONTENT_ID) in (url, None)
+                if state.state in PLAYING and ours:
+                    started = True
+                elif started:
+                    return  # it played ours, and left it
+            seen.states.clear()
+            now = loop.time()
+            current = self.hass.states.get(player)
+            if current is None or current.state == STATE_UNAVAILABLE:
+                return  # gone: nothing plays any more
+            playing_ours = current.state in PLAYING and current.attributes.get(ATTR_MEDIA_CONTENT_ID) == url
+            if seconds is not None:
+                if now >= begun + seconds + END_LIMIT or (now >= begun + seconds + END_GRACE and not playing_ours):
+                    return
+                wake = begun + seconds + (END_LIMIT if playing_ours else END_GRACE)
+            else:
+                wake = now + 0.5  # its length is still being counted
+            seen.changed.clear()
+            waits: set[asyncio.Future[Any]] = {asyncio.ensure_future(seen.changed.wait())}
+            if seconds is None:
+                waits.add(length)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, wake - now)):
+                        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    if waiting is not length:
+                        waiting.cancel()
+
+    async def _async_stop(self, player: str, url: str) -> None:
+        """Stop the player if it still plays the reply (never music it plays of its own)."""
+        state = self.hass.states.get(player)
+        if state is None or state.attributes.get(ATTR_MEDIA_CONTENT_ID) != url:
+            return
+        with contextlib.suppress(HomeAssistantError, TimeoutError, vol.Invalid):
+            async with asyncio.timeout(VOLUME_TIMEOUT):
+                await self.hass.services.async_call(
+                    MEDIA_PLAYER_DOMAIN, SERVICE_MEDIA_STOP, {ATTR_ENTITY_ID: player}, blocking=True
+                )

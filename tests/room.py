@@ -1,0 +1,185 @@
+"""Media players of a room for tests, registered like a real integration's.
+
+A player fetches what it is asked to play over HTTP (as a Cast or Sonos speaker does), says
+``playing`` while it plays for the audio's length, then goes back to what it did. It can refuse,
+be unavailable, keep quiet about its state (an announcement over music keeps ``playing``), and
+takes volumes as a real one does (``volumes`` keeps each).
+"""
+
+import asyncio
+from dataclasses import dataclass
+import io
+from typing import Any
+import wave
+
+import aiohttp
+from homeassistant.components.media_player import (
+    MediaPlayerEntity,
+    MediaPlayerEntityFeature,
+    MediaPlayerState,
+    MediaType,
+)
+from homeassistant.config_entries import ConfigEntry, ConfigFlow
+from homeassistant.core import HomeAssistant
+from homeassistant.exceptions import HomeAssistantError
+from homeassistant.helpers import area_registry as ar, device_registry as dr, entity_registry as er
+from homeassistant.helpers.entity_platform import AddEntitiesCallback
+from pytest_homeassistant_custom_component.common import (
+    MockConfigEntry,
+    MockModule,
+    MockPlatform,
+    mock_config_flow,
+    mock_integration,
+    mock_platform,
+)
+
+ROOM_DOMAIN = "roomtest"
+FEATURES = (
+    MediaPlayerEntityFeature.PLAY_MEDIA
+    | MediaPlayerEntityFeature.VOLUME_SET
+    | MediaPlayerEntityFeature.MEDIA_ANNOUNCE
+    | MediaPlayerEntityFeature.STOP
+)
+
+
+@dataclass
+class Played:
+    """One ``play_media`` call: what was asked, and what the player fetched."""
+
+    media_id: str
+    extra: dict[str, Any]
+    body: bytes = b""
+    seconds: float = 0.0
+    began: float = 0.0
+    ended: float | None = None  # loop time it stopped playing (its length later, or stopped)
+
+
+class RoomPlayer(MediaPlayerEntity):
+    """A network speaker."""
+
+    _attr_should_poll = False
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        state: MediaPlayerState = MediaPlayerState.IDLE,
+        volume: float = 0.5,
+        announce: bool = True,
+        reports: bool = True,
+    ) -> None:
+        self.key = key
+        self.state_now = state
+        self.volume = volume
+        self.reports = reports  # False: says nothing of an announcement (stays as it was)
+        self.fail: str | None = None  # play_media raises this
+        self.played: list[Played] = []
+        self.volumes: list[float] = []
+        self.stops = 0
+        self.down = False  # unavailable
+        self._playing: asyncio.Task[None] | None = None
+        self._attr_name = key.replace("_", " ").title()
+        self._attr_unique_id = key
+        self._attr_supported_features = FEATURES if announce else FEATURES & ~MediaPlayerEntityFeature.MEDIA_ANNOUNCE
+        self._attr_media_content_id = "music" if state == MediaPlayerState.PLAYING else None
+
+    @property
+    def available(self) -> bool:
+        return not self.down
+
+    @property
+    def state(self) -> MediaPlayerState:
+        return self.state_now
+
+    @property
+    def volume_level(self) -> float:
+        return self.volume
+
+    def set_down(self, down: bool) -> None:
+        self.down = down
+        self.async_write_ha_state()
+
+    async def async_set_volume_level(self, volume: float) -> None:
+        if self.down:
+            raise HomeAssistantError(f"{self.key} is unavailable")
+        self.volume = volume
+        self.volumes.append(volume)
+        self.async_write_ha_state()
+
+    async def async_media_stop(self) -> None:
+        self.stops += 1
+        if self._playing is not None:
+            self._playing.cancel()
+
+    async def async_play_media(self, media_type: MediaType | str, media_id: str, **kwargs: Any) -> None:
+        if self.fail is not None:
+            raise HomeAssistantError(self.fail)
+        async with aiohttp.ClientSession() as session, session.get(media_id) as response:
+            response.raise_for_status()
+            body = await response.read()
+        with wave.open(io.BytesIO(body)) as wav:
+            seconds = wav.getnframes() / wav.getframerate()
+        loop = asyncio.get_running_loop()
+        played = Played(media_id, dict(kwargs), body, seconds, loop.time())
+        self.played.append(played)
+        self._playing = self.hass.async_create_task(self._async_play(played))
+
+    async def _async_play(self, played: Played) -> None:
+        before = (self.state_now, self._attr_media_content_id)
+        if self.reports:
+            self.state_now, self._attr_media_content_id = MediaPlayerState.PLAYING, played.media_id
+            self.async_write_ha_state()
+        try:
+            await asyncio.sleep(played.seconds)
+        finally:
+            played.ended = asyncio.get_running_loop().time()
+            if self.reports:
+                self.state_now, self._attr_media_content_id = before
+                self.async_write_ha_state()
+
+
+@dataclass
+class Room:
+    """The test's players (by key), once set up."""
+
+    players: dict[str, RoomPlayer]
+
+    def entity_id(self, key: str) -> str:
+        return f"media_player.{key}"
+
+
+async def async_setup_room(hass: HomeAssistant, *players: RoomPlayer) -> Room:
+    """Register ``players`` under a test integration (each a device of its own, for areas)."""
+
+    async def setup_entry(hass: HomeAssistant, entry: ConfigEntry) -> bool:
+        await hass.config_entries.async_forward_entry_setups(entry, ["media_player"])
+        return True
+
+    async def unload_entry(hass: HomeAssistant, entry: ConfigEntry) -> bool:
+        return await hass.config_entries.async_unload_platforms(entry, ["media_player"])
+
+    async def add(hass: HomeAssistant, entry: ConfigEntry, add_entities: AddEntitiesCallback) -> None:
+        add_entities(list(players))
+
+    mock_integration(hass, MockModule(ROOM_DOMAIN, async_setup_entry=setup_entry, async_unload_entry=unload_entry))
+    mock_platform(hass, f"{ROOM_DOMAIN}.media_player", MockPlatform(async_setup_entry=add))
+    mock_platform(hass, f"{ROOM_DOMAIN}.config_flow")
+    with mock_config_flow(ROOM_DOMAIN, ConfigFlow):
+        entry = MockConfigEntry(domain=ROOM_DOMAIN)
+        entry.add_to_hass(hass)
+        assert await hass.config_entries.async_setup(entry.entry_id)
+    await hass.async_block_till_done()
+    return Room({player.key: player for player in players})
+
+
+def put_in_area(
+    hass: HomeAssistant, area_name: str, *, entity_id: str | None = None, device_id: str | None = None
+) -> str:
+    """Place an entity (directly) or a device in the area ``area_name``; returns the area's id."""
+    areas = ar.async_get(hass)
+    area = areas.async_get_area_by_name(area_name) or areas.async_create(area_name)
+    if entity_id is not None:
+        er.async_get(hass).async_update_entity(entity_id, area_id=area.id)
+    if device_id is not None:
+        dr.async_get(hass).async_update_device(device_id, area_id=area.id)
+    return area.id

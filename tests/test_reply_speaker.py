@@ -1,0 +1,411 @@
+"""The reply on the room's speaker, and a quieter room while the device talks (satellite/reply_speaker.py, quiet.py).
+
+Real parts: the players fetch the reply over HTTP from Home Assistant's TTS proxy (a WAV of the
+test engine's), the device is the simulator over a real socket, and the pipeline is HA's.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+import logging
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+from homeassistant.components.media_player import MediaPlayerState
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import intent, issue_registry as ir
+from homeassistant.util import dt as dt_util
+import pytest
+from pytest_homeassistant_custom_component.common import async_fire_time_changed
+
+from custom_components.xiaozhi_local.const import DOMAIN
+from custom_components.xiaozhi_local.satellite.quiet import DUCK_FACTOR
+from custom_components.xiaozhi_local.satellite.reply_speaker import END_GRACE
+from xiaozhi_sim import SimulatedDevice, SimulatorOptions
+
+from .conftest import (
+    CLIENT_ID,
+    CLIENT_ID2,
+    MAC,
+    MAC2,
+    TOKEN,
+    TOKEN2,
+    mqtt_in_conversation,
+    mqtt_online,
+    wait_settled,
+    ws_url,
+)
+from .helpers import hub_device, until
+from .internals import hub_of
+from .room import Room, RoomPlayer, async_setup_room, put_in_area
+from .voice import Voice, speech_pcm, speech_seconds
+
+SELECT = "select.kitchen_reply_speaker"
+SWITCH = "switch.kitchen_quieter_room_while_talking"
+SATELLITE = "assist_satellite.kitchen"
+ISSUE = f"reply_player_failed_{MAC}"
+
+
+@pytest.fixture
+async def room(hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any]) -> Room:
+    """A living room (the device's area) with a speaker and a TV playing music; a bedroom player."""
+    await hass.config.async_update(internal_url=str(client.make_url("/")).rstrip("/"))
+    players = await async_setup_room(
+        hass,
+        RoomPlayer("living_room_speaker"),
+        RoomPlayer("living_room_tv", state=MediaPlayerState.PLAYING, volume=0.63),
+        RoomPlayer("living_room_radio", state=MediaPlayerState.PAUSED, volume=0.4),
+        RoomPlayer("bedroom_speaker", state=MediaPlayerState.PLAYING, volume=0.7),
+    )
+    for key in ("living_room_speaker", "living_room_tv", "living_room_radio"):
+        put_in_area(hass, "Living room", entity_id=players.entity_id(key))
+    put_in_area(hass, "Bedroom", entity_id=players.entity_id("bedroom_speaker"))
+    put_in_area(hass, "Living room", device_id=hub_device(hass).device_id)
+    return players
+
+
+@pytest.fixture(params=["websocket", "mqtt"])
+async def device(
+    request: pytest.FixtureRequest, hass: HomeAssistant, room: Room, client: TestClient[Any, Any]
+) -> AsyncIterator[SimulatedDevice]:
+    """The device in a conversation, over WebSocket or MQTT+UDP."""
+    hub = hub_of(hass)
+    hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client)})
+    await hass.async_block_till_done()
+    sim: SimulatedDevice
+    if request.param == "websocket":
+        sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, client_id=CLIENT_ID))
+        await sim.connect()
+    else:
+        sim = await mqtt_online(hub, client)
+        await mqtt_in_conversation(hub, sim)
+    await wait_settled(hub.devices[MAC])
+    sim.relisten = False
+    yield sim
+    await sim.drop()
+
+
+async def choose(hass: HomeAssistant, player: str) -> None:
+    await hass.services.async_call("select", "select_option", {"entity_id": SELECT, "option": player}, blocking=True)
+
+
+def tts(state: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda m: m.get("type") == "tts" and m.get("state") == state
+
+
+async def seen_at(device: SimulatedDevice, predicate: Callable[[dict[str, Any]], bool], after: int) -> float:
+    """The loop time the device logged the first message matching ``predicate`` (woken at once)."""
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(30):
+        while not any(predicate(m) for m in device.log[after:]):
+            device.logged.clear()
+            await device.logged.wait()
+    return loop.time()
+
+
+async def test_the_options_are_the_device_and_the_media_players_not_its_own(hass: HomeAssistant, room: Room) -> None:
+    state = hass.states.get(SELECT)
+    assert state is not None
+    assert state.state == "device"
+    options = state.attributes["options"]
+    assert options[0] == "device"
+    assert {room.entity_id(key) for key in room.players} <= set(options)
+    assert "media_player.kitchen" not in options
+    assert "media_player.kitchen_speaker" not in options
+    assert all(o == "device" or o.startswith("media_player.") for o in options)
+    await choose(hass, room.entity_id("living_room_speaker"))
+    subentry = next(iter(hub_of(hass).entry.subentries.values()))
+    assert subentry.data["reply_player"] == room.entity_id("living_room_speaker")
+    await choose(hass, "device")
+    subentry = next(iter(hub_of(hass).entry.subentries.values()))
+    assert "reply_player" not in subentry.data
+
+
+async def test_the_reply_plays_on_the_chosen_speaker_and_the_device_shows_it(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
+) -> None:
+    """The player fetches the reply (announce), the device shows its text while speaking and gets no
+    audio; its ``tts stop`` (which reopens the microphone) comes only once the player has finished."""
+    speaker = room.players["living_room_speaker"]
+    await choose(hass, room.entity_id("living_room_speaker"))
+    marker, packets = len(device.log), len(device.audio_at)
+    stop = asyncio.ensure_future(seen_at(device, tts("stop"), marker))
+    await device.say(speech_pcm())
+    await until(lambda: bool(speaker.played), timeout=30)
+    played = speaker.played[0]
+    assert played.extra.get("announce") is True
+    assert "/api/tts_proxy/" in played.media_id
+    assert played.media_id.startswith("http://127.0.0.1")
+    assert abs(played.seconds - speech_seconds(ready.agent.reply)) < 0.1  # the test engine's reply, whole
+    await device.wait_message(tts("sentence_start"), after=marker)
+    assert device.device_state == "speaking"
+    stopped = await stop
+    shown = [m["text"] for m in device.log[marker:] if tts("sentence_start")(m)]
+    assert " ".join(shown) == ready.agent.reply  # each sentence when the player says it
+    assert played.ended is not None
+    assert stopped >= played.ended
+    assert len(device.audio_at) == packets  # the device played nothing itself
+    assert hass.states.get(SATELLITE).state in ("idle", "listening")  # type: ignore[union-attr]
+    assert ir.async_get(hass).async_get_issue(DOMAIN, ISSUE) is None
+    times = hub_device(hass).response_times.recent
+    assert times
+    assert times[-1]["response_ms"] > 0
+
+
+async def test_a_player_that_cannot_play_leaves_the_reply_on_the_device_and_a_repair_says_why(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice, caplog: pytest.LogCaptureFixture
+) -> None:
+    speaker = room.players["living_room_speaker"]
+    await choose(hass, room.entity_id("living_room_speaker"))
+    speaker.fail = "the speaker is asleep"
+    marker, packets = len(device.log), len(device.audio_at)
+    await device.say(speech_pcm())
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+    assert len(device.audio_at) > packets  # the device said it
+    issue = ir.async_get(hass).async_get_issue(DOMAIN, ISSUE)
+    assert issue is not None
+    assert issue.translation_placeholders == {
+        "device": "Kitchen",
+        "player": room.entity_id("living_room_speaker"),
+        "reason": "the speaker is asleep",
+    }
+    assert "could not play (the speaker is asleep)" in caplog.text
+    # Unavailable: the same, without a call.
+    speaker.fail = None
+    speaker.set_down(True)
+    marker, packets = len(device.log), len(device.audio_at)
+    await device.say(speech_pcm())
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+    assert len(device.audio_at) > packets
+    assert not speaker.played
+    issue = ir.async_get(hass).async_get_issue(DOMAIN, ISSUE)
+    assert issue is not None
+    assert (issue.translation_placeholders or {}).get("reason") == "it is unavailable"
+    # Back: the reply plays there again, and the notice goes.
+    speaker.set_down(False)
+    marker = len(device.log)
+    await device.say(speech_pcm())
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+    assert len(speaker.played) == 1
+    assert ir.async_get(hass).async_get_issue(DOMAIN, ISSUE) is None
+
+
+async def test_a_player_that_does_not_say_it_ended_is_waited_for_the_replys_length(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
+) -> None:
+    """An announcement over music keeps the player ``playing``: the reply's length decides."""
+    tv = room.players["living_room_tv"]
+    tv.reports = False
+    await choose(hass, room.entity_id("living_room_tv"))
+    marker = len(device.log)
+    stop = asyncio.ensure_future(seen_at(device, tts("stop"), marker))
+    await device.say(speech_pcm())
+    await until(lambda: bool(tv.played), timeout=30)
+    stopped = await stop
+    played = tv.played[0]
+    assert stopped >= played.began + played.seconds  # not before the reply could have been heard
+    assert hass.states.get(room.entity_id("living_room_tv")).state == "playing"  # type: ignore[union-attr]
+    assert END_GRACE < 5
+
+
+async def test_a_wake_word_during_the_reply_stops_the_player(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
+) -> None:
+    speaker = room.players["living_room_speaker"]
+    ready.agent.reply = "A long story. " * 20
+    await choose(hass, room.entity_id("living_room_speaker"))
+    marker = len(device.log)
+    await device.say(speech_pcm())
+    await until(lambda: bool(speaker.played), timeout=30)
+    await device.wait_message(tts("start"), after=marker)
+    await device.abort("wake_word_detected")
+    await until(lambda: speaker.stops == 1)
+    assert speaker.played[0].ended is not None
+    await device.wait_message(tts("stop"), after=marker)
+
+
+async def test_the_rooms_players_go_quieter_and_come_back_exactly(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
+) -> None:
+    """Only the playing players of the device's area: the TV (0.63) goes to a quarter and back to
+    0.63; the paused radio and the bedroom's speaker are not touched."""
+    tv = room.players["living_room_tv"]
+    await hass.services.async_call("switch", "turn_on", {"entity_id": SWITCH}, blocking=True)
+    for _ in range(2):  # twice: the volume it comes back to is the first one, not the quieter one
+        marker = len(device.log)
+        await device.say(speech_pcm())
+        await until(lambda: tv.volume == round(0.63 * DUCK_FACTOR, 3))
+        await device.wait_message(tts("stop"), timeout=30, after=marker)
+        await until(lambda: tv.volume == 0.63, timeout=10)
+    assert tv.volumes == [round(0.63 * DUCK_FACTOR, 3), 0.63] * 2
+    assert room.players["living_room_radio"].volumes == []
+    assert room.players["bedroom_speaker"].volumes == []
+    # Off: the room is left alone.
+    await hass.services.async_call("switch", "turn_off", {"entity_id": SWITCH}, blocking=True)
+    marker = len(device.log)
+    await device.say(speech_pcm())
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+    assert len(tv.volumes) == 4
+
+
+async def test_two_devices_of_the_room_share_the_quiet(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice, client: TestClient[Any, Any]
+) -> None:
+    """The second device talks while the first speaks: the TV stays down until both are done, and
+    comes back to the volume it had before either (not to the quieter one)."""
+    tv = room.players["living_room_tv"]
+    put_in_area(hass, "Living room", device_id=hub_device(hass, MAC2).device_id)
+    for switch in (SWITCH, "switch.desk_quieter_room_while_talking"):
+        await hass.services.async_call("switch", "turn_on", {"entity_id": switch}, blocking=True)
+    desk = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN2, mac=MAC2, client_id=CLIENT_ID2))
+    await desk.connect()
+    desk.relisten = False
+    try:
+        await wait_settled(hub_device(hass, MAC2))
+        ready.agent.reply = "A long story. " * 8
+        marker = len(device.log)
+        await device.say(speech_pcm())
+        await device.wait_message(tts("start"), timeout=30, after=marker)
+        desk_marker = len(desk.log)
+        await desk.say(speech_pcm())
+        await device.wait_message(tts("stop"), timeout=30, after=marker)
+        await desk.wait_message(tts("stop"), timeout=30, after=desk_marker)
+        await until(lambda: tv.volume == 0.63, timeout=10)
+        assert tv.volumes == [round(0.63 * DUCK_FACTOR, 3), 0.63]
+    finally:
+        await desk.drop()
+
+
+async def test_the_volume_comes_back_when_the_device_drops_mid_turn(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
+) -> None:
+    tv = room.players["living_room_tv"]
+    await hass.services.async_call("switch", "turn_on", {"entity_id": SWITCH}, blocking=True)
+    ready.agent.reply = "A long story. " * 20
+    marker = len(device.log)
+    await device.say(speech_pcm())
+    await device.wait_message(tts("start"), timeout=30, after=marker)
+    assert tv.volume == round(0.63 * DUCK_FACTOR, 3)
+    await device.drop()
+    await until(lambda: tv.volume == 0.63, timeout=10)
+
+
+async def test_a_volume_that_cannot_be_put_back_now_is_when_the_player_returns(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice, caplog: pytest.LogCaptureFixture
+) -> None:
+    tv = room.players["living_room_tv"]
+    await hass.services.async_call("switch", "turn_on", {"entity_id": SWITCH}, blocking=True)
+    marker = len(device.log)
+    await device.say(speech_pcm())
+    await until(lambda: tv.volume == round(0.63 * DUCK_FACTOR, 3))
+    tv.set_down(True)
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+    await until(lambda: "cannot be put back to 0.63 now" in caplog.text, timeout=10)
+    assert tv.volume == round(0.63 * DUCK_FACTOR, 3)
+    with caplog.at_level(logging.WARNING):
+        tv.set_down(False)
+    await until(lambda: tv.volume == 0.63)
+
+
+async def test_a_volume_changed_meanwhile_is_left_as_set(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
+) -> None:
+    tv = room.players["living_room_tv"]
+    await hass.services.async_call("switch", "turn_on", {"entity_id": SWITCH}, blocking=True)
+    marker = len(device.log)
+    await device.say(speech_pcm())
+    await until(lambda: tv.volume == round(0.63 * DUCK_FACTOR, 3))
+    await hass.services.async_call(
+        "media_player",
+        "volume_set",
+        {"entity_id": room.entity_id("living_room_tv"), "volume_level": 0.3},
+        blocking=True,
+    )
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+    await hass.async_block_till_done()
+    async_fire_time_changed(hass)
+    await asyncio.sleep(2)  # nothing happens: past RESTORE_AFTER, the volume stays as the user set it
+    assert tv.volume == 0.3
+
+
+async def test_announcements_and_questions_follow_the_choice_timers_ring_on_the_device(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
+) -> None:
+    speaker = room.players["living_room_speaker"]
+    await choose(hass, room.entity_id("living_room_speaker"))
+    # An announcement: on the speaker; the device shows it, and plays nothing.
+    marker, packets = len(device.log), len(device.audio_at)
+    await hass.services.async_call(
+        "assist_satellite", "announce", {"entity_id": SATELLITE, "message": "Dinner is ready"}, blocking=True
+    )
+    assert len(speaker.played) == 1
+    assert speaker.played[0].extra.get("announce") is True
+    assert speaker.played[0].ended is not None  # the action returned once it was played
+    sentence = await device.wait_message(tts("sentence_start"), after=marker)
+    assert sentence["text"] == "Dinner is ready"
+    assert len(device.audio_at) == packets
+    # A question: asked on the speaker; the device listens once it has been asked.
+    ready.stt.text = "yes please"
+    device.relisten = True  # auto mode: it listens once the question has played (its tts stop)
+    marker = len(device.log)
+    stop = asyncio.ensure_future(seen_at(device, tts("stop"), marker))
+    asking = hass.async_create_task(
+        hass.services.async_call(
+            "assist_satellite",
+            "ask_question",
+            {
+                "entity_id": SATELLITE,
+                "question": "Shall I turn off the lights?",
+                "preannounce": False,
+                "answers": [{"id": "yes", "sentences": ["yes please"]}],
+            },
+            blocking=True,
+            return_response=True,
+        )
+    )
+    await until(lambda: len(speaker.played) == 2, timeout=30)
+    stopped = await stop
+    assert speaker.played[1].ended is not None
+    assert stopped >= speaker.played[1].ended
+    await until(lambda: device.device_state == "listening")
+    await device.say(speech_pcm(), start=False)
+    async with asyncio.timeout(30):
+        result = await asking
+    assert result["id"] == "yes"  # type: ignore[index]
+    # A timer rings on the device, not on the speaker.
+    device.relisten = False
+    marker, packets = len(device.log), len(device.audio_at)
+    response = await intent.async_handle(
+        hass, "test", intent.INTENT_START_TIMER, {"minutes": {"value": 2}}, device_id=hub_device(hass).device_id
+    )
+    assert response.response_type == intent.IntentResponseType.ACTION_DONE
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(minutes=2, seconds=1))
+    ring = await device.wait_message(lambda m: "Timer done" in str(m.get("text") or m.get("message")), after=marker)
+    await device.wait_message(tts("stop"), timeout=30, after=device.log.index(ring))
+    assert len(device.audio_at) > packets, (device.log[marker:], len(speaker.played))
+    assert len(speaker.played) == 2
+
+
+async def test_an_idle_device_announces_on_its_speaker_without_opening_a_conversation(
+    hass: HomeAssistant, ready: Voice, room: Room, client: TestClient[Any, Any]
+) -> None:
+    """Always connected but idle (MQTT, no audio channel): the speaker says it; the device is not
+    woken, and gets no alert (that would ring its own sound)."""
+    hub = hub_of(hass)
+    hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client)})
+    await hass.async_block_till_done()
+    sim = await mqtt_online(hub, client)
+    try:
+        await wait_settled(hub.devices[MAC])
+        speaker = room.players["living_room_speaker"]
+        await choose(hass, room.entity_id("living_room_speaker"))
+        marker = len(sim.log)
+        await hass.services.async_call(
+            "assist_satellite", "announce", {"entity_id": SATELLITE, "message": "The door is open"}, blocking=True
+        )
+        assert len(speaker.played) == 1
+        assert speaker.played[0].ended is not None
+        assert not sim.mqtt.audio_channel_open
+        assert sim.log[marker:] == []
+    finally:
+        await sim.drop()
