@@ -6,15 +6,17 @@ then ``listen detect``, then ``listen start``. Their recordings differ in speech
 
 import asyncio
 from collections.abc import AsyncIterator
+import re
 from typing import Any
 
 from aiohttp.test_utils import TestClient
-from homeassistant.core import HomeAssistant
+from homeassistant.core import Event, HomeAssistant
 from homeassistant.helpers import area_registry as ar, device_registry as dr
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.xiaozhi_local.const import CONF_NEAREST, CONF_NEAREST_BY_AREA, EVENT_NEAREST
+from custom_components.xiaozhi_local import logbook
+from custom_components.xiaozhi_local.const import CONF_NEAREST, CONF_NEAREST_BY_AREA, DOMAIN, EVENT_NEAREST
 from custom_components.xiaozhi_local.diagnostics import async_get_config_entry_diagnostics
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from custom_components.xiaozhi_local.protocol.loudness import speech_over_noise, wake_score
@@ -106,9 +108,22 @@ async def test_the_nearer_device_answers_over_websocket(
     assert event.data["others"] == [hub.devices[MAC].device_id]
     scores = event.data["scores"]
     assert scores[hub.devices[MAC2].device_id] > scores[hub.devices[MAC].device_id] + 5
+    assert event.data["device_id"] == hub.devices[MAC2].device_id  # on the winner's page in the logbook
+    name, message = logbook_line(hass, event)
+    assert name == "Desk"
+    assert message.startswith("answered as the nearest of 2 devices that heard the wake word (")
+    assert re.search(r"\(your voice above the room's noise: (Desk|Kitchen) \d+ dB, (Desk|Kitchen) \d+ dB\)$", message)
     entry = hub.entry
     diagnostics = await async_get_config_entry_diagnostics(hass, entry)
     assert diagnostics["nearest"][-1]["winner"] == "Desk"
+
+
+def logbook_line(hass: HomeAssistant, event: Event) -> tuple[str, str]:
+    """What the logbook (Activity) shows for the event: the integration's own description."""
+    described: dict[tuple[str, str], Any] = {}
+    logbook.async_describe_events(hass, lambda domain, kind, describe: described.setdefault((domain, kind), describe))
+    line = described[DOMAIN, EVENT_NEAREST](event)
+    return line["name"], line["message"]
 
 
 async def mqtt_device(
@@ -279,6 +294,7 @@ async def test_a_slow_device_that_reports_after_the_choice_loses_and_is_named(
     assert event.data["winner"] == hub.devices[MAC2].device_id
     assert event.data["others"] == [hub.devices[MAC].device_id]
     assert list(hub.nearest.recent)[-1]["late"] == ["Kitchen"]
+    assert logbook_line(hass, event) == ("Kitchen", "heard the wake word too late to answer; Desk answered")
 
 
 async def test_a_wake_phrase_left_over_is_no_wake_later(

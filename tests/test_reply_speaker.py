@@ -122,7 +122,7 @@ async def test_the_options_are_the_device_and_the_media_players_not_its_own(hass
 
 
 async def test_the_reply_plays_on_the_chosen_speaker_and_the_device_shows_it(
-    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice, issue_registry: ir.IssueRegistry
 ) -> None:
     """The player fetches the reply (announce), the device shows its text while speaking and gets no
     audio; its ``tts stop`` (which reopens the microphone) comes only once the player has finished."""
@@ -146,14 +146,19 @@ async def test_the_reply_plays_on_the_chosen_speaker_and_the_device_shows_it(
     assert stopped >= played.ended
     assert len(device.audio_at) == packets  # the device played nothing itself
     assert hass.states.get(SATELLITE).state in ("idle", "listening")  # type: ignore[union-attr]
-    assert ir.async_get(hass).async_get_issue(DOMAIN, ISSUE) is None
+    assert issue_registry.async_get_issue(DOMAIN, ISSUE) is None
     times = hub_device(hass).response_times.recent
     assert times
     assert times[-1]["response_ms"] > 0
 
 
 async def test_a_player_that_cannot_play_leaves_the_reply_on_the_device_and_a_repair_says_why(
-    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice, caplog: pytest.LogCaptureFixture
+    hass: HomeAssistant,
+    ready: Voice,
+    room: Room,
+    device: SimulatedDevice,
+    caplog: pytest.LogCaptureFixture,
+    issue_registry: ir.IssueRegistry,
 ) -> None:
     speaker = room.players["living_room_speaker"]
     await choose(hass, room.entity_id("living_room_speaker"))
@@ -162,7 +167,7 @@ async def test_a_player_that_cannot_play_leaves_the_reply_on_the_device_and_a_re
     await device.say(speech_pcm())
     await device.wait_message(tts("stop"), timeout=30, after=marker)
     assert len(device.audio_at) > packets  # the device said it
-    issue = ir.async_get(hass).async_get_issue(DOMAIN, ISSUE)
+    issue = issue_registry.async_get_issue(DOMAIN, ISSUE)
     assert issue is not None
     assert issue.translation_placeholders == {
         "device": "Kitchen",
@@ -178,7 +183,7 @@ async def test_a_player_that_cannot_play_leaves_the_reply_on_the_device_and_a_re
     await device.wait_message(tts("stop"), timeout=30, after=marker)
     assert len(device.audio_at) > packets
     assert not speaker.played
-    issue = ir.async_get(hass).async_get_issue(DOMAIN, ISSUE)
+    issue = issue_registry.async_get_issue(DOMAIN, ISSUE)
     assert issue is not None
     assert (issue.translation_placeholders or {}).get("reason") == "it is unavailable"
     # Back: the reply plays there again, and the notice goes.
@@ -187,7 +192,7 @@ async def test_a_player_that_cannot_play_leaves_the_reply_on_the_device_and_a_re
     await device.say(speech_pcm())
     await device.wait_message(tts("stop"), timeout=30, after=marker)
     assert len(speaker.played) == 1
-    assert ir.async_get(hass).async_get_issue(DOMAIN, ISSUE) is None
+    assert issue_registry.async_get_issue(DOMAIN, ISSUE) is None
 
 
 async def test_a_player_that_does_not_say_it_ended_is_waited_for_the_replys_length(

@@ -158,7 +158,15 @@ class Nearest:
             record["late"].append(device.name)
         if not any(kept is record for kept in self.recent):  # the winner was alone in its round
             self.recent.append(record)
-        self._fire({"winner": decided.winner.device_id, "others": [device.device_id], "scores": {}, "late": True})
+        self._fire(
+            {
+                "device_id": device.device_id,  # the logbook shows it on this device's page
+                "winner": decided.winner.device_id,
+                "others": [device.device_id],
+                "scores": {},
+                "late": True,
+            }
+        )
 
     def _pending(self, current: Round, apart: bool) -> list[XiaozhiDevice]:
         """Devices that opened a conversation around this wake but have not said they woke."""
@@ -238,6 +246,7 @@ class Nearest:
             _LOGGER.debug("Nearest of %s: %s", ", ".join(c.device.name for c in contenders), winner.device.name)
             self._fire(
                 {
+                    "device_id": winner.device.device_id,  # the logbook shows it on the winner's page
                     "winner": winner.device.device_id,
                     "others": [c.device.device_id for c in contenders if c is not winner],
                     "scores": {c.device.device_id: scores[c.device.mac] for c in contenders},
