@@ -50,6 +50,19 @@ await shot("code-entry");
 await page.keyboard.press("Escape");
 await page.waitForTimeout(500);
 
+// The Reply speaker select of the paired device (its answer played on the living room's
+// speaker, the Response time shows it), its options open: the media players to choose from.
+await open(`/config/devices/device/${deviceId}`, "Reply speaker");
+const replySpeaker = page.locator("ha-select", { hasText: "Reply speaker" }).first();
+await replySpeaker.scrollIntoViewIfNeeded();
+await page.mouse.wheel(0, 300); // its options open below it
+await page.waitForTimeout(500);
+await replySpeaker.click();
+await page.waitForTimeout(1500);
+await shot("reply-speaker");
+await page.keyboard.press("Escape");
+await page.waitForTimeout(500);
+
 // The paired device's page, with its entities.
 await open(`/config/devices/device/${deviceId}`, "Volume");
 await shot("device", true);
@@ -73,6 +86,21 @@ await page.waitForTimeout(1500);
 await shot("wake-word");
 await page.keyboard.press("Escape");
 await page.waitForTimeout(500);
+
+// The Response time of the paired device, after its answers: its dialog, with its history.
+await open(`/config/devices/device/${deviceId}`, "Response time");
+await page.getByText("Response time").first().click();
+await page.waitForTimeout(3000); // the dialog opens, then its history loads
+await shot("response-time");
+await page.keyboard.press("Escape");
+await page.waitForTimeout(500);
+
+// Activity: the two devices heard one wake word, the nearer one answered.
+await open("/logbook", "as the nearest");
+await page.getByText("as the nearest").first().scrollIntoViewIfNeeded();
+await page.mouse.wheel(0, 200); // the entry mid-page, with what happened around it
+await page.waitForTimeout(1000);
+await shot("nearest");
 
 // Voice assistants: the device among the assistants' devices.
 await open("/config/voice-assistants/assistants", "Assist");

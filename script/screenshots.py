@@ -78,6 +78,58 @@ async def device_id(http: aiohttp.ClientSession, token: str, mac: str) -> str:
     return next((d["id"] for d in devices for kind, value in d["connections"] if kind == "mac" and value == mac), "")
 
 
+async def in_use(http: aiohttp.ClientSession, token: str, device: str, config: Path) -> None:
+    """The paired device in the living room, answering on its speaker with the room made quieter.
+
+    One typed question (as its terminal sends it) is answered: its Response time has a value.
+    """
+    headers = {"Authorization": f"Bearer {token}"}
+
+    async def call(domain: str, service: str, data: dict[str, Any]) -> None:
+        async with http.post(f"{BASE}/api/services/{domain}/{service}", json=data, headers=headers) as resp:
+            resp.raise_for_status()
+
+    async def state(entity_id: str) -> str | None:
+        async with http.get(f"{BASE}/api/states/{entity_id}", headers=headers) as resp:
+            return str((await resp.json())["state"]) if resp.status == 200 else None
+
+    async with http.ws_connect(f"{BASE}/api/websocket") as ws:
+        await ws.receive_json()
+        await ws.send_json({"type": "auth", "access_token": token})
+        await ws.receive_json()
+        update = {"id": 1, "type": "config/device_registry/update", "device_id": device, "area_id": "living_room"}
+        await ws.send_json(update)
+        if not (await ws.receive_json()).get("success"):
+            raise RuntimeError("the device could not be put in the living room")
+    speaker = {"entity_id": "select.simulated_xiaozhi_reply_speaker", "option": "media_player.living_room_speaker"}
+    await call("select", "select_option", speaker)
+    await call("switch", "turn_on", {"entity_id": "switch.simulated_xiaozhi_quieter_room_while_talking"})
+    fifo = config / ".sim" / "questions"
+    await asyncio.to_thread(fifo.write_text, "turn on the demo light\n")
+
+    async def answered() -> bool:
+        value = await state("sensor.simulated_xiaozhi_response_time")
+        return value not in (None, "unknown", "unavailable")
+
+    await wait_for("the typed question is answered", answered, 60)
+    # Both simulated devices say the wake word at once (the paired one nearer): it alone answers.
+    # Said once the first is idle again (its conversation over), as a wake word is.
+
+    async def idle() -> bool:
+        return await state("assist_satellite.simulated_xiaozhi") == "idle"
+
+    await wait_for("the conversation ends", idle, 90)
+    ws_fifo = config / ".sim" / "questions-ws"
+    await asyncio.gather(*(asyncio.to_thread(path.write_text, "wake\n") for path in (fifo, ws_fifo)))
+
+    async def chosen() -> bool:
+        async with http.get(f"{BASE}/api/logbook", headers=headers) as resp:
+            entries = await resp.json()
+        return any("as the nearest" in str(entry.get("message")) for entry in entries)
+
+    await wait_for("the nearest device is chosen", chosen, 60)
+
+
 async def prepare(work: Path) -> tuple[dict[str, Any], str, str]:
     """Wait for HA and the devices, onboard; the frontend's tokens, the spoken code, the paired device's id."""
     log = work / "develop.log"
@@ -98,6 +150,7 @@ async def prepare(work: Path) -> tuple[dict[str, Any], str, str]:
         paired = await wait_for(
             "the paired device connects", lambda: device_id(http, tokens["access_token"], "cc:ba:97:04:92:94")
         )
+        await in_use(http, tokens["access_token"], paired, work / "config")
     return tokens, code, paired
 
 

@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -13,7 +14,7 @@ from .mqtt import RECONNECT_INTERVAL
 from .mqtt_wire import MqttRefused
 from .options import FLAVORS, SimulatorOptions
 from .register_client import RegisterClientOptions, RegisterToolsClient
-from .voice import UPLINK_RATE, MicEncoder
+from .voice import UPLINK_RATE, MicEncoder, spoken
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -58,6 +59,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--type-from",
         metavar="FIFO",
         help="each line written to this named pipe wakes the device and is typed as a question (listen detect)",
+    )
+    parser.add_argument(
+        "--wake-level-db",
+        type=float,
+        help="the wake word's loudness in its own audio (dBFS; a line 'wake' on --type-from says it)",
     )
     parser.add_argument(
         "--per-conversation",
@@ -140,6 +146,7 @@ async def run(args: argparse.Namespace) -> int:
         serial_number=args.serial_number,
         nvs_path=args.nvs,
         download_delay=args.download_delay,
+        wake_level_db=args.wake_level_db,
     )
     if args.client_id:
         options.client_id = args.client_id
@@ -232,7 +239,10 @@ async def _wake(device: SimulatedDevice) -> None:
 
 
 async def type_questions(device: SimulatedDevice, path: str, *, per_conversation: bool = False) -> None:
-    """Each line of the pipe: wake, type it (``listen detect``), print what is heard back."""
+    """Each line of the pipe: wake, type it (``listen detect``), print what is heard back.
+
+    ``wake`` says the wake word (its audio at ``--wake-level-db``) and a question, as a voice does.
+    """
     # Opened for reading and writing: never blocks, and never sees end-of-file between writers.
     pipe = os.fdopen(os.open(path, os.O_RDWR | os.O_NONBLOCK), "rb", buffering=0)
     reader = asyncio.StreamReader()
@@ -257,8 +267,18 @@ async def _answer_questions(device: SimulatedDevice, reader: asyncio.StreamReade
             # ends the conversation (silence): goodbye over MQTT, the socket closed over WebSocket.
             device.relisten = True
             ASKING.add(device.options.mac)
-            await device.type_text(line)
-            await device.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 60, after=marker)
+            if line == "wake":
+                await device.say(
+                    await asyncio.to_thread(spoken, "What time is it?"), wake_word="你好小智", silence_after=1.0
+                )
+                if not await _answered_or_ended(device, marker):
+                    print(f"{device.options.mac}: another device answers; idle again", flush=True)
+                    continue
+            else:
+                await device.type_text(line)
+                await device.wait_message(
+                    lambda m: m.get("type") == "tts" and m.get("state") == "stop", 60, after=marker
+                )
         except Exception as err:  # noqa: BLE001 - say so, and take the next line
             print(f"no answer: {type(err).__name__}: {err}", flush=True)
             continue
@@ -270,6 +290,20 @@ async def _answer_questions(device: SimulatedDevice, reader: asyncio.StreamReade
         if per_conversation:  # Home Assistant ends the conversation: the socket closes, it is idle
             await device.wait_closed()
             print(f"{device.options.mac} is idle again (disconnected)", flush=True)
+
+
+async def _answered_or_ended(device: SimulatedDevice, marker: int) -> bool:
+    """Until the answer has played (True), or the conversation was ended without one (False)."""
+    async with asyncio.timeout(60):
+        while True:
+            if any(m.get("type") == "tts" and m.get("state") == "stop" for m in device.log[marker:]):
+                return True
+            if not device.is_connected:
+                return False
+            device.logged.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.2):  # the channel's end is no message
+                    await device.logged.wait()
 
 
 async def run_mqtt(args: argparse.Namespace, options: SimulatorOptions, mqtt: dict[str, object]) -> int:

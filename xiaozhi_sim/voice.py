@@ -11,6 +11,7 @@ import io
 import math
 import random
 import struct
+import subprocess
 
 import av
 import av.error
@@ -166,3 +167,15 @@ def wake_clip(level_db: float, noise_db: float, seconds: float = 2.0) -> bytes:
             value += voice * sum(math.sin(2 * math.pi * 180 * k * t) / k for k in (1, 2, 3))
         samples.append(max(-32768, min(32767, round(value))))
     return struct.pack(f"<{count}h", *samples)
+
+
+def spoken(text: str) -> bytes:
+    """``text`` as espeak-ng says it (script/develop's demo voice), s16 mono at the microphone's rate.
+
+    A voiced tone where espeak-ng is missing.
+    """
+    try:
+        wav = subprocess.run(["espeak-ng", "--stdout", text], capture_output=True, check=True, timeout=30).stdout
+    except OSError, subprocess.SubprocessError:
+        return wake_clip(-20.0, -60.0)
+    return decode_ogg_opus(wav, UPLINK_RATE)
