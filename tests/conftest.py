@@ -234,3 +234,24 @@ async def ready(
     await voice.async_use(hass)
     yield voice
     await hass.async_block_till_done(wait_background_tasks=True)
+
+
+@pytest.fixture(params=["websocket", "mqtt"])
+async def talking(
+    request: pytest.FixtureRequest,
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+) -> AsyncIterator[SimulatedDevice]:
+    """A device in a conversation (after a wake word), over WebSocket or MQTT+UDP, settled."""
+    hub = await served_hub(hass, setup_integration, client)
+    device: SimulatedDevice
+    if request.param == "websocket":
+        device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, client_id=CLIENT_ID))
+        await device.connect()
+    else:
+        device = await mqtt_online(hub, client)
+        await mqtt_in_conversation(hub, device)
+    await wait_settled(hub.devices[MAC])
+    yield device
+    await device.drop()

@@ -19,19 +19,11 @@ from homeassistant.components.media_player import (
     MediaPlayerState,
     MediaType,
 )
-from homeassistant.config_entries import ConfigEntry, ConfigFlow
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import area_registry as ar, device_registry as dr, entity_registry as er
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from pytest_homeassistant_custom_component.common import (
-    MockConfigEntry,
-    MockModule,
-    MockPlatform,
-    mock_config_flow,
-    mock_integration,
-    mock_platform,
-)
+
+from .integrations import async_setup_test_integration
 
 ROOM_DOMAIN = "roomtest"
 FEATURES = (
@@ -151,24 +143,7 @@ class Room:
 async def async_setup_room(hass: HomeAssistant, *players: RoomPlayer) -> Room:
     """Register ``players`` under a test integration (each a device of its own, for areas)."""
 
-    async def setup_entry(hass: HomeAssistant, entry: ConfigEntry) -> bool:
-        await hass.config_entries.async_forward_entry_setups(entry, ["media_player"])
-        return True
-
-    async def unload_entry(hass: HomeAssistant, entry: ConfigEntry) -> bool:
-        return await hass.config_entries.async_unload_platforms(entry, ["media_player"])
-
-    async def add(hass: HomeAssistant, entry: ConfigEntry, add_entities: AddEntitiesCallback) -> None:
-        add_entities(list(players))
-
-    mock_integration(hass, MockModule(ROOM_DOMAIN, async_setup_entry=setup_entry, async_unload_entry=unload_entry))
-    mock_platform(hass, f"{ROOM_DOMAIN}.media_player", MockPlatform(async_setup_entry=add))
-    mock_platform(hass, f"{ROOM_DOMAIN}.config_flow")
-    with mock_config_flow(ROOM_DOMAIN, ConfigFlow):
-        entry = MockConfigEntry(domain=ROOM_DOMAIN)
-        entry.add_to_hass(hass)
-        assert await hass.config_entries.async_setup(entry.entry_id)
-    await hass.async_block_till_done()
+    await async_setup_test_integration(hass, ROOM_DOMAIN, {"media_player": list(players)})
     return Room({player.key: player for player in players})
 
 

@@ -8,7 +8,6 @@ answer gives a clear error, never a call that waits forever.
 """
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -19,9 +18,9 @@ from homeassistant.util import dt as dt_util
 import pytest
 from pytest_homeassistant_custom_component.common import async_fire_time_changed
 
-from xiaozhi_sim import SimulatedDevice, SimulatorOptions
+from xiaozhi_sim import SimulatedDevice
 
-from .conftest import CLIENT_ID, MAC, TOKEN, mqtt_in_conversation, mqtt_online, wait_settled, ws_url
+from .conftest import mqtt_online, ws_url
 from .helpers import until
 from .internals import hub_of
 from .test_voice import tts_stops, wait_state
@@ -37,26 +36,6 @@ ANSWERS_ZH = [
     {"id": "yes", "sentences": ["好的", "好", "可以"]},
     {"id": "no", "sentences": ["不要", "不用了"]},
 ]
-
-
-@pytest.fixture(params=["websocket", "mqtt"])
-async def talking(
-    request: pytest.FixtureRequest, hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any]
-) -> AsyncIterator[SimulatedDevice]:
-    """A device with its conversation channel open (after a wake word), over WebSocket or MQTT+UDP."""
-    hub = hub_of(hass)
-    hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client)})
-    await hass.async_block_till_done()
-    device: SimulatedDevice
-    if request.param == "websocket":
-        device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, client_id=CLIENT_ID))
-        await device.connect()
-    else:
-        device = await mqtt_online(hub, client)
-        await mqtt_in_conversation(hub, device)
-    await wait_settled(hub.devices[MAC])
-    yield device
-    await device.drop()
 
 
 async def ask(hass: HomeAssistant, question: str, answers: list[dict[str, Any]] | None) -> asyncio.Task[Any]:

@@ -194,22 +194,6 @@ def late_packets(device: SimulatedDevice) -> list[float]:
     return [at - (first + index * 0.06) for index, at in enumerate(device.audio_at) if at > first + index * 0.06 + 0.1]
 
 
-@pytest.fixture(params=["websocket", "mqtt"])
-async def talking(
-    request: pytest.FixtureRequest, hub: XiaozhiHub, client: TestClient[Any, Any]
-) -> AsyncIterator[SimulatedDevice]:
-    """A device in a conversation, over WebSocket or over MQTT+UDP."""
-    if request.param == "websocket":
-        device = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, client_id=CLIENT_ID))
-        await device.connect()
-        await wait_settled(hub.devices[MAC])
-    else:
-        device = await mqtt_online(hub, client)
-        await mqtt_in_conversation(hub, device)
-    yield device
-    await device.drop()
-
-
 def envelope(pcm: bytes, rate: int) -> list[bool]:
     """Per 50 ms: sound (True) or silence; from the first sound on."""
     samples = array("h", pcm[: len(pcm) - len(pcm) % 2])

@@ -5,7 +5,7 @@ test engine's), the device is the simulator over a real socket, and the pipeline
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import timedelta
 import logging
 from typing import Any
@@ -24,13 +24,10 @@ from custom_components.xiaozhi_local.satellite.reply_speaker import END_GRACE
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import (
-    CLIENT_ID,
     CLIENT_ID2,
     MAC,
     MAC2,
-    TOKEN,
     TOKEN2,
-    mqtt_in_conversation,
     mqtt_online,
     wait_settled,
     ws_url,
@@ -64,25 +61,11 @@ async def room(hass: HomeAssistant, ready: Voice, client: TestClient[Any, Any]) 
     return players
 
 
-@pytest.fixture(params=["websocket", "mqtt"])
-async def device(
-    request: pytest.FixtureRequest, hass: HomeAssistant, room: Room, client: TestClient[Any, Any]
-) -> AsyncIterator[SimulatedDevice]:
-    """The device in a conversation, over WebSocket or MQTT+UDP."""
-    hub = hub_of(hass)
-    hass.config_entries.async_update_entry(hub.entry, options={"websocket_url": ws_url(client)})
-    await hass.async_block_till_done()
-    sim: SimulatedDevice
-    if request.param == "websocket":
-        sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=TOKEN, mac=MAC, client_id=CLIENT_ID))
-        await sim.connect()
-    else:
-        sim = await mqtt_online(hub, client)
-        await mqtt_in_conversation(hub, sim)
-    await wait_settled(hub.devices[MAC])
-    sim.relisten = False
-    yield sim
-    await sim.drop()
+@pytest.fixture
+def device(room: Room, talking: SimulatedDevice) -> SimulatedDevice:
+    """The device of the living room in a conversation, over WebSocket or MQTT+UDP (``talking``)."""
+    talking.relisten = False
+    return talking
 
 
 async def choose(hass: HomeAssistant, player: str) -> None:
@@ -295,14 +278,20 @@ async def test_the_volume_comes_back_when_the_device_drops_mid_turn(
     await until(lambda: tv.volume == 0.63, timeout=10)
 
 
-async def test_a_volume_that_cannot_be_put_back_now_is_when_the_player_returns(
-    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice, caplog: pytest.LogCaptureFixture
-) -> None:
-    tv = room.players["living_room_tv"]
+async def ducked_turn(hass: HomeAssistant, device: SimulatedDevice, tv: RoomPlayer) -> int:
+    """The Quieter room switch on, then a turn under way with the TV turned down; the log's marker."""
     await hass.services.async_call("switch", "turn_on", {"entity_id": SWITCH}, blocking=True)
     marker = len(device.log)
     await device.say(speech_pcm())
     await until(lambda: tv.volume == round(0.63 * DUCK_FACTOR, 3))
+    return marker
+
+
+async def test_a_volume_that_cannot_be_put_back_now_is_when_the_player_returns(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice, caplog: pytest.LogCaptureFixture
+) -> None:
+    tv = room.players["living_room_tv"]
+    marker = await ducked_turn(hass, device, tv)
     tv.set_down(True)
     await device.wait_message(tts("stop"), timeout=30, after=marker)
     await until(lambda: "cannot be put back to 0.63 now" in caplog.text, timeout=10)
@@ -316,10 +305,7 @@ async def test_a_volume_changed_meanwhile_is_left_as_set(
     hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
 ) -> None:
     tv = room.players["living_room_tv"]
-    await hass.services.async_call("switch", "turn_on", {"entity_id": SWITCH}, blocking=True)
-    marker = len(device.log)
-    await device.say(speech_pcm())
-    await until(lambda: tv.volume == round(0.63 * DUCK_FACTOR, 3))
+    marker = await ducked_turn(hass, device, tv)
     await hass.services.async_call(
         "media_player",
         "volume_set",

@@ -5,18 +5,11 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 from homeassistant.components import ai_task, conversation, image
-from homeassistant.config_entries import ConfigEntry, ConfigFlow
 from homeassistant.core import HomeAssistant
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
 from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import (
     MockConfigEntry,
-    MockModule,
-    MockPlatform,
-    mock_config_flow,
-    mock_integration,
-    mock_platform,
 )
 from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
@@ -26,6 +19,7 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.camera import BOUNDARY, TINY_JPEG
 
 from .conftest import MAC, TOKEN, wait_settled, ws_url
+from .integrations import async_setup_test_integration
 from .internals import hub_of
 
 
@@ -60,21 +54,8 @@ class AiTaskDouble(ai_task.AITaskEntity):
 async def ai(hass: HomeAssistant) -> AiTaskDouble:
     entity = AiTaskDouble()
 
-    async def setup_entry(hass: HomeAssistant, entry: ConfigEntry) -> bool:
-        await hass.config_entries.async_forward_entry_setups(entry, ["ai_task"])
-        return True
-
-    async def add(hass: HomeAssistant, entry: ConfigEntry, add_entities: AddEntitiesCallback) -> None:
-        add_entities([entity])
-
-    mock_integration(hass, MockModule("aitest", async_setup_entry=setup_entry))
-    mock_platform(hass, "aitest.ai_task", MockPlatform(async_setup_entry=add))
-    mock_platform(hass, "aitest.config_flow")
     assert await async_setup_component(hass, "ai_task", {})
-    with mock_config_flow("aitest", ConfigFlow):
-        entry = MockConfigEntry(domain="aitest")
-        entry.add_to_hass(hass)
-        assert await hass.config_entries.async_setup(entry.entry_id)
+    await async_setup_test_integration(hass, "aitest", {"ai_task": [entity]})
     return entity
 
 

@@ -14,20 +14,12 @@ import wave
 from homeassistant.components import conversation, stt, tts
 from homeassistant.components.assist_pipeline import async_get_pipeline, async_update_pipeline
 from homeassistant.components.tts import TTSAudioRequest, TTSAudioResponse
-from homeassistant.config_entries import ConfigEntry, ConfigFlow
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import intent, llm
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from pytest_homeassistant_custom_component.common import (
-    MockConfigEntry,
-    MockModule,
-    MockPlatform,
-    mock_config_flow,
-    mock_integration,
-    mock_platform,
-)
 
 from bench.bench_probe.engines import PcmSpeechToText, mp3_of, tone_wav
+
+from .integrations import async_setup_test_integration
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TEST_DOMAIN = "voicetest"
@@ -162,13 +154,6 @@ class TestAgent(conversation.ConversationEntity):
         )
 
 
-def _adder(entity: Any) -> Any:
-    async def add(hass: HomeAssistant, entry: ConfigEntry, add_entities: AddEntitiesCallback) -> None:
-        add_entities([entity])
-
-    return add
-
-
 class Voice:
     """The three providers, set up as the pipeline's engines."""
 
@@ -180,21 +165,9 @@ class Voice:
     async def async_setup(self, hass: HomeAssistant) -> None:
         """Register them under a test domain (call before the integration is set up)."""
 
-        async def setup_entry(hass: HomeAssistant, entry: ConfigEntry) -> bool:
-            await hass.config_entries.async_forward_entry_setups(entry, ["stt", "tts", "conversation"])
-            return True
-
-        async def unload_entry(hass: HomeAssistant, entry: ConfigEntry) -> bool:
-            return await hass.config_entries.async_unload_platforms(entry, ["stt", "tts", "conversation"])
-
-        mock_integration(hass, MockModule(TEST_DOMAIN, async_setup_entry=setup_entry, async_unload_entry=unload_entry))
-        for platform, entity in (("stt", self.stt), ("tts", self.tts), ("conversation", self.agent)):
-            mock_platform(hass, f"{TEST_DOMAIN}.{platform}", MockPlatform(async_setup_entry=_adder(entity)))
-        mock_platform(hass, f"{TEST_DOMAIN}.config_flow")
-        with mock_config_flow(TEST_DOMAIN, ConfigFlow):
-            entry = MockConfigEntry(domain=TEST_DOMAIN)
-            entry.add_to_hass(hass)
-            assert await hass.config_entries.async_setup(entry.entry_id)
+        await async_setup_test_integration(
+            hass, TEST_DOMAIN, {"stt": [self.stt], "tts": [self.tts], "conversation": [self.agent]}
+        )
 
     async def async_use(self, hass: HomeAssistant) -> None:
         """Make them the preferred pipeline's engines (after assist_pipeline is set up)."""
