@@ -13,6 +13,7 @@ import gc
 import json
 from pathlib import Path
 from typing import Any
+import weakref
 
 from aiohttp.test_utils import TestClient
 from homeassistant.core import HomeAssistant
@@ -517,3 +518,43 @@ async def test_the_satellite_switched_off_and_on_again(
             if round_ == 0:
                 baseline = resources()
         nothing_grew(baseline)
+
+
+async def test_removed_devices_leave_nothing_alive(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, client: TestClient[Any, Any]
+) -> None:
+    """Pairing and removal, over and over (the soak saw each removed device, its tools and entities'
+    listeners kept by the entry until it unloaded): nothing of a removed device stays alive."""
+    from homeassistant.config_entries import ConfigSubentry
+    from homeassistant.const import CONF_MAC, CONF_TOKEN
+
+    from custom_components.xiaozhi_local.const import SUBENTRY_DEVICE
+
+    hub = hub_of(hass)
+    gone: list[weakref.ref[XiaozhiDevice]] = []
+    for index in range(8):
+        mac, token = f"aa:bb:cc:00:30:{index:02x}", f"token-{index}-" + "t" * 36
+        subentry = ConfigSubentry(
+            data={CONF_MAC: mac, CONF_TOKEN: token},  # type: ignore[arg-type]
+            subentry_type=SUBENTRY_DEVICE,
+            title=f"Churn {index}",
+            unique_id=mac,
+        )
+        hass.config_entries.async_add_subentry(setup_integration, subentry)
+        await hass.async_block_till_done()
+        sim = SimulatedDevice(SimulatorOptions(url=ws_url(client), token=token, mac=mac, ir=True, lamp=True))
+        await sim.connect()
+        await wait_settled(hub.devices[mac])  # its tools made entities, IR buttons among them
+        gone.append(weakref.ref(hub.devices[mac]))
+        await sim.drop()
+        hass.config_entries.async_remove_subentry(setup_integration, subentry.subentry_id)
+        await hass.async_block_till_done()
+    async with asyncio.timeout(5):
+        await hub.async_wait_no_connections()  # the last one's socket handler has returned too
+    await hass.async_block_till_done(wait_background_tasks=True)
+    gc.collect()
+    # The last one's socket may still be referenced for a while by aiohttp (its request task,
+    # cancelled when the socket closed, keeps the traceback through our handler): not counted.
+    assert [ref() for ref in gone[:-1]] == [None] * 7
+    alive = sum(1 for obj in gc.get_objects() if isinstance(obj, XiaozhiDevice) and obj.hass is hass)
+    assert alive <= len(hub.devices) + 1

@@ -77,6 +77,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
     hub = driver.hub
     # Before anything starts: a setup that fails later frees what it took (ports, tasks), as an unload does.
     entry.async_on_unload(driver.async_shutdown)
+    entry.async_on_unload(hub.async_unfollow)  # the platforms' device listeners (hub.async_follow)
     # The views' data while this hub is set up (a request after it is unloaded gets a 404).
     hass.data[DATA_ANNOUNCEMENTS], hass.data[DATA_FIRMWARE] = hub.announcements, hub.firmware
     hass.data[DATA_WAKE_WORDS] = hub.wake_words

@@ -115,7 +115,7 @@ async def async_setup_entry(
 
     @callback
     def follow(device: XiaozhiDevice) -> None:
-        entry.async_on_unload(device.async_add_listener(remove_deleted_codes(device)))
+        hub.async_follow(device, remove_deleted_codes(device))
 
     for device in list(hub.devices.values()):
         follow(device)

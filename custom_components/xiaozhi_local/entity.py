@@ -165,7 +165,7 @@ def async_setup_device_entities(
                 async_add_entities([factory() for _, factory in new], config_subentry_id=device.subentry_id)
 
         update()
-        entry.async_on_unload(device.async_add_listener(update))
+        hub.async_follow(device, update)
 
     for device in list(hub.devices.values()):
         add_device(device)

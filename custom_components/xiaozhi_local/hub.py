@@ -55,6 +55,7 @@ class XiaozhiHub:
         self.hass = hass
         self.entry = entry
         self.devices: dict[str, XiaozhiDevice] = {}
+        self._following: dict[str, list[CALLBACK_TYPE]] = {}  # by MAC: what platforms listen to (async_follow)
         self._by_device_id: dict[str, XiaozhiDevice] = {}
         self.links: set[DeviceLink] = set()  # every open link (sockets before their hello too)
         self.mqtt: MqttEndpoint | None = None  # the always-connected transport, while it listens
@@ -117,6 +118,24 @@ class XiaozhiHub:
         return lambda: self._device_listeners.remove(listener)
 
     @callback
+    def async_follow(self, device: XiaozhiDevice, listener: Callable[[], None]) -> None:
+        """``listener()`` on each change of ``device`` (``async_changed``), until it goes.
+
+        Until the device is removed or the entry unloads: nothing of a removed device stays
+        alive in the entry.
+        """
+        self._following.setdefault(device.mac, []).append(device.async_add_listener(listener))
+
+    @callback
+    def async_unfollow(self, mac: str | None = None) -> None:
+        """Stop the listeners of ``mac`` (None: of every device; the entry unloads)."""
+        for following in [self._following.pop(mac, [])] if mac is not None else list(self._following.values()):
+            for remove in following:
+                remove()
+        if mac is None:
+            self._following.clear()
+
+    @callback
     def async_add_device(self, device: XiaozhiDevice) -> None:
         """A paired device from now on (the driver's sync); its entities are added."""
         self.devices[device.mac] = device
@@ -129,6 +148,7 @@ class XiaozhiHub:
         """No longer paired (the driver's sync): out of the tables."""
         gone = self.devices.pop(mac)
         self._by_device_id.pop(gone.device_id, None)
+        self.async_unfollow(mac)
         return gone
 
     @callback
