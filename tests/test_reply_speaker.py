@@ -5,7 +5,7 @@ test engine's), the device is the simulator over a real socket, and the pipeline
 """
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 import logging
 from typing import Any
@@ -400,3 +400,28 @@ async def test_an_idle_device_announces_on_its_speaker_without_opening_a_convers
         assert sim.log[marker:] == []
     finally:
         await sim.drop()
+
+
+@pytest.mark.parametrize(
+    ("rate", "channels", "bits", "fmt"),
+    [(22050, 1, 16, 1), (24000, 1, 24, 1), (44100, 2, 16, 1), (48000, 1, 32, 1), (16000, 1, 32, 3), (8000, 1, 8, 1)],
+)
+async def test_a_replys_length_is_read_from_its_wav_in_any_form(rate: int, channels: int, bits: int, fmt: int) -> None:
+    """The wait for a reply speaker: every WAV an engine may return, arriving in pieces as small as a
+    byte (header split too), its RIFF sizes bogus as piped WAV's are; nothing decoded."""
+    from custom_components.xiaozhi_local.sound.media import wav_seconds
+
+    from .protocol.test_audio import _samples, wav_header
+
+    data = wav_header(rate, channels, bits, fmt) + _samples(bits, fmt, [0.25] * (2 * rate * channels))
+    firsts: list[bool] = []
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for start in range(0, 200):
+            yield data[start : start + 1]
+        for start in range(200, len(data), 997):
+            yield data[start : start + 997]
+
+    seconds = await wav_seconds(pieces(), lambda: firsts.append(True))
+    assert abs(seconds - 2.0) < 0.001
+    assert firsts  # the first audio is marked (Response time's first_audio)

@@ -166,9 +166,8 @@ class Playback:
         if not link.audio_open:
             if player is not None:
                 try:  # the device shows nothing while idle: the player says it
-                    await runner.speaker.async_speak(
-                        None, player, announcement.media_id, speaker.chained(sources[-1:]), lambda: None, None
-                    )
+                    seconds = speaker.announcement_seconds(runner.hass, announcement)
+                    await runner.speaker.async_speak(None, player, announcement.media_id, seconds, lambda: None, None)
                 except PlayerFailed:  # said in a repair (reply_speaker.py): the device says it
                     pass
                 else:
@@ -187,7 +186,7 @@ class Playback:
         runner.send_ai(run, "chunk", announcement.message)
         runner.send_ai(run, "final", announcement.message)
         # Its own task: a barge-in cancels the playback, never the caller (the action).
-        task = runner.background(self._async_say(run, sources, player, announcement.media_id), "announce")
+        task = runner.background(self._async_say(run, sources, player, announcement), "announce")
         run.tts_task = task
         try:
             await asyncio.wait({task})  # returns when it is played (or interrupted)
@@ -197,15 +196,18 @@ class Playback:
         finally:
             runner.finished(run)
 
-    async def _async_say(self, run: Run, sources: list[PcmSource], player: str | None, url: str) -> None:
+    async def _async_say(
+        self, run: Run, sources: list[PcmSource], player: str | None, announcement: AssistSatelliteAnnouncement
+    ) -> None:
         """An announcement on the device's reply speaker; on the device when it cannot play it.
 
         The player gets the message without the chime: its own ``announce`` has one.
         """
         if player is not None:
             try:
+                seconds = speaker.announcement_seconds(self._runner.hass, announcement)
                 await self._runner.speaker.async_speak(
-                    run.link, player, url, speaker.chained(sources[-1:]), lambda: run.tts_text, None
+                    run.link, player, announcement.media_id, seconds, lambda: run.tts_text, None
                 )
             except PlayerFailed:  # said in a repair (reply_speaker.py); nothing reached the device yet
                 pass

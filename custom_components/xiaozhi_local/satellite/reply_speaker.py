@@ -11,7 +11,7 @@ goes when the player plays again). Timers ring on the device (``playback.py``).
 """
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import Callable, Coroutine
 import contextlib
 import logging
 import math
@@ -42,7 +42,6 @@ from ..const import CONF_REPLY_PLAYER
 from ..device import XiaozhiDevice
 from ..hub import XiaozhiConfigEntry
 from ..protocol import voice
-from ..protocol.messages import DOWNLINK_SAMPLE_RATE
 from ..repairs import async_reply_player_failed, async_reply_player_played
 from ..sound.speaker import SpeakerLink, SpeechWatch, show_sentences
 from .quiet import PLAYING, VOLUME_TIMEOUT, QuietRoom, chosen
@@ -59,21 +58,6 @@ END_LIMIT: Final = 30.0
 
 class PlayerFailed(Exception):
     """The chosen player cannot play the reply (the reason, for the log and the repair)."""
-
-
-async def _seconds(pcm: AsyncIterator[bytes], watch: SpeechWatch | None) -> float:
-    """How long the reply is: its PCM (at the downlink rate), counted as fast as it comes."""
-    loop = asyncio.get_running_loop()
-    total = 0
-    try:
-        async for chunk in pcm:
-            if watch is not None:
-                watch.first_pcm(loop.time())
-            total += len(chunk)
-    finally:
-        if isinstance(pcm, AsyncGenerator):
-            await pcm.aclose()  # now (an ffmpeg of a media source ends with it), not at a later GC
-    return total / (2 * DOWNLINK_SAMPLE_RATE)
 
 
 class _Watch:
@@ -139,18 +123,18 @@ class ReplySpeaker:
         link: SpeakerLink | None,
         player: str,
         url: str,
-        pcm: AsyncIterator[bytes],
+        seconds: Coroutine[Any, Any, float],
         text: Callable[[], str | None],
         watch: SpeechWatch | None,
     ) -> None:
         """Play ``url`` on ``player``; the device (``link``) shows ``text`` until it has finished.
 
-        ``pcm`` is the same audio, read here only for its length. Raises ``PlayerFailed`` (and
+        ``seconds`` times the same audio (``media.tts_seconds``). Raises ``PlayerFailed`` (and
         says why in a repair) before anything reaches the device when the player cannot play it.
         Cancelled (a wake word, a new exchange): the player stops what it plays of it.
         """
         loop = asyncio.get_running_loop()
-        length = self.device.async_create_task(_seconds(pcm, watch), f"xiaozhi_local reply length {self.device.mac}")
+        length = self.device.async_create_task(seconds, f"xiaozhi_local reply length {self.device.mac}")
         try:
             async with _Watch(self.hass, player) as seen:
                 absolute = await self._async_play(player, url)

@@ -30,7 +30,7 @@ from ..link import DeviceLink
 from ..protocol import voice
 from ..repairs import async_pipeline_incomplete, async_pipeline_served
 from ..sound import speaker
-from ..sound.media import tts_pcm
+from ..sound.media import tts_pcm, tts_seconds
 from .quiet import QuietRoom
 from .reply_speaker import PlayerFailed, ReplySpeaker
 from .runs import (
@@ -291,9 +291,10 @@ class Runner:
         Media asked for during the turn still follows on the device.
         """
         try:
-            await self.speaker.async_speak(
-                run.link, player, url, tts_pcm(self.hass, token), lambda: run.tts_text, run.stages
-            )
+            stages = run.stages
+            first = None if stages is None else lambda: stages.first_pcm(self.hass.loop.time())
+            seconds = tts_seconds(self.hass, token, first)
+            await self.speaker.async_speak(run.link, player, url, seconds, lambda: run.tts_text, run.stages)
         except PlayerFailed:  # said in a repair (reply_speaker.py); nothing reached the device yet
             await self.async_play(run, tts_pcm(self.hass, token), respond=True)
             return

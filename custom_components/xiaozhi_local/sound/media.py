@@ -5,7 +5,7 @@ turns what Home Assistant has (a TTS stream, a media URL) into PCM for them.
 """
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 import contextlib
 import re
@@ -43,6 +43,45 @@ async def tts_pcm(hass: HomeAssistant, token: str) -> AsyncGenerator[bytes]:
         raise MediaUnreadable(f"the text-to-speech stream {token} is gone")
     async for pcm in wav_pcm(stream.async_stream_result(), audio_executor(hass)):
         yield pcm
+
+
+async def tts_seconds(hass: HomeAssistant, token: str, first: Callable[[], None] | None = None) -> float:
+    """How long the TTS stream ``token`` plays; ``first()`` at its first audio.
+
+    Read from its WAV as it comes, nothing decoded or resampled: a reply speaker plays it, this
+    only times it.
+    """
+    stream = tts.async_get_stream(hass, token)
+    if stream is None:
+        raise MediaUnreadable(f"the text-to-speech stream {token} is gone")
+    return await wav_seconds(stream.async_stream_result(), first)
+
+
+async def wav_seconds(chunks: AsyncIterator[bytes], first: Callable[[], None] | None = None) -> float:
+    """How long a WAV byte stream plays, in whatever pieces it comes (its RIFF sizes ignored)."""
+    wav = WavStream()
+    seconds = 0.0
+    async for chunk in chunks:
+        if (pcm := wav.feed(chunk)) and (fmt := wav.format) is not None:
+            if first is not None:
+                first()
+            width = 4 if fmt.sample_width == 3 else fmt.sample_width  # 24-bit comes widened
+            seconds += len(pcm) / (fmt.channels * width * fmt.sample_rate)
+    return seconds
+
+
+async def pcm_seconds(pcm: AsyncIterator[bytes], first: Callable[[], None] | None = None) -> float:
+    """How long PCM at the downlink rate plays (any source ffmpeg reads), counted as fast as it comes."""
+    seconds = 0.0
+    try:
+        async for chunk in pcm:
+            if first is not None:
+                first()
+            seconds += len(chunk) / (2 * DOWNLINK_SAMPLE_RATE)
+    finally:
+        if isinstance(pcm, AsyncGenerator):
+            await pcm.aclose()  # now: its ffmpeg ends with it, not at a later collection
+    return seconds
 
 
 async def wav_pcm(chunks: AsyncIterator[bytes], executor: Executor | None = None) -> AsyncIterator[bytes]:

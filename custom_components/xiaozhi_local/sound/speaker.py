@@ -30,7 +30,16 @@ from ..protocol.pcm import AudioError
 from ..protocol.sentences import split_sentences
 from ..protocol.voice import speech_seconds
 from .announcements import Announcement, AnnouncementStore, PcmSource
-from .media import MediaUnreadable, audio_executor, downlink_encoder, ffmpeg_pcm, full_url, tts_pcm
+from .media import (
+    MediaUnreadable,
+    audio_executor,
+    downlink_encoder,
+    ffmpeg_pcm,
+    full_url,
+    pcm_seconds,
+    tts_pcm,
+    tts_seconds,
+)
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -169,6 +178,15 @@ def announcement_sources(hass: HomeAssistant, announcement: AssistSatelliteAnnou
         url = full_url(hass, announcement.media_id)
         sources.append(lambda: ffmpeg_pcm(hass, url))
     return sources
+
+
+async def announcement_seconds(
+    hass: HomeAssistant, announcement: AssistSatelliteAnnouncement, first: Callable[[], None] | None = None
+) -> float:
+    """How long the message (not its chime) plays: a reply speaker's wait for it."""
+    if announcement.media_id_source == "tts" and announcement.tts_token:
+        return await tts_seconds(hass, announcement.tts_token, first)
+    return await pcm_seconds(ffmpeg_pcm(hass, full_url(hass, announcement.media_id)), first)
 
 
 async def async_notify(
