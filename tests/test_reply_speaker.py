@@ -12,13 +12,16 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 from homeassistant.components.media_player import MediaPlayerState
+from homeassistant.config_entries import ConfigSubentry
+from homeassistant.const import CONF_MAC, CONF_TOKEN
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import intent, issue_registry as ir
+from homeassistant.helpers.event import async_track_state_change_event
 from homeassistant.util import dt as dt_util
 import pytest
-from pytest_homeassistant_custom_component.common import async_fire_time_changed
+from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
-from custom_components.xiaozhi_local.const import DOMAIN
+from custom_components.xiaozhi_local.const import DOMAIN, SUBENTRY_DEVICE
 from custom_components.xiaozhi_local.satellite.quiet import DUCK_FACTOR
 from custom_components.xiaozhi_local.satellite.reply_speaker import END_GRACE
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
@@ -86,16 +89,36 @@ async def seen_at(device: SimulatedDevice, predicate: Callable[[dict[str, Any]],
     return loop.time()
 
 
-async def test_the_options_are_the_device_and_the_media_players_not_its_own(hass: HomeAssistant, room: Room) -> None:
+async def test_the_options_are_the_device_and_the_media_players_not_a_xiaozhis(
+    hass: HomeAssistant, room: Room, setup_integration: MockConfigEntry
+) -> None:
+    """Every player of the home, not the xiaozhis' own small speakers: pairing twenty devices adds
+    twenty speakers and rewrites no device's select (it did, each time, for every device)."""
     state = hass.states.get(SELECT)
     assert state is not None
     assert state.state == "device"
     options = state.attributes["options"]
     assert options[0] == "device"
     assert {room.entity_id(key) for key in room.players} <= set(options)
-    assert "media_player.kitchen" not in options
-    assert "media_player.kitchen_speaker" not in options
+    assert hass.states.get("media_player.kitchen_speaker") is not None
+    assert hass.states.get("media_player.desk_speaker") is not None
     assert all(o == "device" or o.startswith("media_player.") for o in options)
+    assert not {"media_player.kitchen_speaker", "media_player.desk_speaker"} & set(options)
+    writes: list[Any] = []
+    stop = async_track_state_change_event(hass, SELECT, writes.append)
+    for index in range(20):
+        mac = f"aa:bb:cc:00:40:{index:02x}"
+        subentry = ConfigSubentry(
+            data={CONF_MAC: mac, CONF_TOKEN: "t" * 43},  # type: ignore[arg-type]
+            subentry_type=SUBENTRY_DEVICE,
+            title=f"Shelf {index}",
+            unique_id=mac,
+        )
+        hass.config_entries.async_add_subentry(setup_integration, subentry)
+    await hass.async_block_till_done()
+    stop()
+    assert hass.states.get("media_player.shelf_19_speaker") is not None
+    assert writes == []
     await choose(hass, room.entity_id("living_room_speaker"))
     subentry = next(iter(hub_of(hass).entry.subentries.values()))
     assert subentry.data["reply_player"] == room.entity_id("living_room_speaker")

@@ -174,9 +174,9 @@ REPLY_SPEAKER = SelectEntityDescription(
 class XiaozhiReplySpeakerSelect(XiaozhiEntity, SelectEntity):
     """Where the device's replies play: ``device`` (its own speaker), or a media player's entity id.
 
-    Announcements and questions follow; timers ring on the device (satellite/reply_speaker.py). Stored with
-    the device (its subentry). The options are Home Assistant's media players (the device's own
-    aside), kept current as players come and go; a chosen player that went stays listed.
+    Announcements and questions follow; timers ring on the device (satellite/reply_speaker.py).
+    Stored with the device (its subentry). The options are Home Assistant's media players (the
+    xiaozhis' own aside), kept current as players come and go; a chosen player that went stays listed.
     """
 
     def __init__(self, entry: XiaozhiConfigEntry, device: XiaozhiDevice) -> None:
@@ -188,8 +188,9 @@ class XiaozhiReplySpeakerSelect(XiaozhiEntity, SelectEntity):
         await super().async_added_to_hass()
 
         @callback
-        def players_changed(_event: Event[EventStateChangedData]) -> None:
-            self.async_write_ha_state()
+        def players_changed(event: Event[EventStateChangedData]) -> None:
+            if not self._ours(event.data["entity_id"]):  # a device's own speaker is never an option
+                self.async_write_ha_state()
 
         self.async_on_remove(async_track_state_added_domain(self.hass, MEDIA_PLAYER_DOMAIN, players_changed))
         self.async_on_remove(async_track_state_removed_domain(self.hass, MEDIA_PLAYER_DOMAIN, players_changed))
@@ -199,14 +200,22 @@ class XiaozhiReplySpeakerSelect(XiaozhiEntity, SelectEntity):
         """Always: the choice is Home Assistant's, the device need not be connected."""
         return True
 
+    def _ours(self, entity_id: str) -> bool:
+        """Whether ``entity_id`` is a xiaozhi's own speaker (small: never another's reply speaker).
+
+        Pairing a hundred devices then adds a hundred players without rewriting every select.
+        """
+        entry = er.async_get(self.hass).async_get(entity_id)
+        return entry is not None and entry.platform == DOMAIN
+
     @property
     def options(self) -> list[str]:
-        """The device itself, then every media player but the device's own."""
-        own = {
-            entity.entity_id
-            for entity in er.async_entries_for_device(er.async_get(self.hass), self.device.device_id or "")
-        }
-        players = sorted(set(self.hass.states.async_entity_ids(MEDIA_PLAYER_DOMAIN)) - own)
+        """The device itself, then every media player but the xiaozhis' own speakers."""
+        players = sorted(
+            entity_id
+            for entity_id in self.hass.states.async_entity_ids(MEDIA_PLAYER_DOMAIN)
+            if not self._ours(entity_id)
+        )
         current = self.current_option
         return [REPLY_ON_DEVICE, *players, *([current] if current not in (REPLY_ON_DEVICE, *players) else [])]
 
