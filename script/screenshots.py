@@ -101,8 +101,10 @@ async def in_use(http: aiohttp.ClientSession, token: str, device: str, config: P
         await ws.send_json(update)
         if not (await ws.receive_json()).get("success"):
             raise RuntimeError("the device could not be put in the living room")
-    speaker = {"entity_id": "select.simulated_xiaozhi_reply_speaker", "option": "media_player.living_room_speaker"}
-    await call("select", "select_option", speaker)
+    async with http.get(f"{BASE}/api/states/media_player.living_room_speaker", headers=headers) as resp:
+        resp.raise_for_status()
+        shown = (await resp.json())["attributes"]["friendly_name"]  # the select offers players by name
+    await call("select", "select_option", {"entity_id": "select.simulated_xiaozhi_reply_speaker", "option": shown})
     await call("switch", "turn_on", {"entity_id": "switch.simulated_xiaozhi_quieter_room_while_talking"})
     fifo = config / ".sim" / "questions"
     await asyncio.to_thread(fifo.write_text, "turn on the demo light\n")

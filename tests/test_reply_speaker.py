@@ -15,7 +15,7 @@ from homeassistant.components.media_player import MediaPlayerState
 from homeassistant.config_entries import ConfigSubentry
 from homeassistant.const import CONF_MAC, CONF_TOKEN
 from homeassistant.core import HomeAssistant
-from homeassistant.helpers import intent, issue_registry as ir
+from homeassistant.helpers import entity_registry as er, intent, issue_registry as ir
 from homeassistant.helpers.event import async_track_state_change_event
 from homeassistant.util import dt as dt_util
 import pytest
@@ -35,7 +35,7 @@ from .conftest import (
     wait_settled,
     ws_url,
 )
-from .helpers import hub_device, until
+from .helpers import hub_device, until, wait_entity
 from .internals import hub_of
 from .room import Room, RoomPlayer, async_setup_room, put_in_area
 from .voice import Voice, speech_pcm, speech_seconds
@@ -72,7 +72,9 @@ def device(room: Room, talking: SimulatedDevice) -> SimulatedDevice:
 
 
 async def choose(hass: HomeAssistant, player: str) -> None:
-    await hass.services.async_call("select", "select_option", {"entity_id": SELECT, "option": player}, blocking=True)
+    """Choose ``player`` (an entity id, or ``device``) as the UI does: by the name it shows."""
+    option = player if player == "device" else hass.states.get(player).name  # type: ignore[union-attr]
+    await hass.services.async_call("select", "select_option", {"entity_id": SELECT, "option": option}, blocking=True)
 
 
 def tts(state: str) -> Callable[[dict[str, Any]], bool]:
@@ -97,13 +99,11 @@ async def test_the_options_are_the_device_and_the_media_players_not_a_xiaozhis(
     state = hass.states.get(SELECT)
     assert state is not None
     assert state.state == "device"
+    assert state.attributes["player"] is None
     options = state.attributes["options"]
-    assert options[0] == "device"
-    assert {room.entity_id(key) for key in room.players} <= set(options)
+    assert options == ["device", "Bedroom Speaker", "Living Room Radio", "Living Room Speaker", "Living Room Tv"]
     assert hass.states.get("media_player.kitchen_speaker") is not None
     assert hass.states.get("media_player.desk_speaker") is not None
-    assert all(o == "device" or o.startswith("media_player.") for o in options)
-    assert not {"media_player.kitchen_speaker", "media_player.desk_speaker"} & set(options)
     writes: list[Any] = []
     stop = async_track_state_change_event(hass, SELECT, writes.append)
     for index in range(20):
@@ -122,9 +122,51 @@ async def test_the_options_are_the_device_and_the_media_players_not_a_xiaozhis(
     await choose(hass, room.entity_id("living_room_speaker"))
     subentry = next(iter(hub_of(hass).entry.subentries.values()))
     assert subentry.data["reply_player"] == room.entity_id("living_room_speaker")
+    state = hass.states.get(SELECT)
+    assert state is not None
+    assert (state.state, state.attributes["player"]) == ("Living Room Speaker", "media_player.living_room_speaker")
     await choose(hass, "device")
     subentry = next(iter(hub_of(hass).entry.subentries.values()))
     assert "reply_player" not in subentry.data
+
+
+async def test_the_options_follow_names_renames_and_players_that_go(
+    hass: HomeAssistant, room: Room, setup_integration: MockConfigEntry
+) -> None:
+    """Players show by name; a name two share shows each one's entity id too; a rename (name or
+    entity id) is followed, and the choice stays with the player; a player that went stays listed."""
+    registry = er.async_get(hass)
+    for key in ("living_room_radio", "bedroom_speaker"):
+        registry.async_update_entity(room.entity_id(key), name="Speaker")
+    registry.async_update_entity(room.entity_id("living_room_tv"), name="device")  # our own option's key
+    await hass.async_block_till_done()
+    options = hass.states.get(SELECT).attributes["options"]  # type: ignore[union-attr]
+    assert options == [
+        "device",
+        "device (media_player.living_room_tv)",
+        "Living Room Speaker",
+        "Speaker (media_player.bedroom_speaker)",
+        "Speaker (media_player.living_room_radio)",
+    ]
+    await hass.services.async_call(
+        "select",
+        "select_option",
+        {"entity_id": SELECT, "option": "Speaker (media_player.bedroom_speaker)"},
+        blocking=True,
+    )
+    subentry = next(iter(hub_of(hass).entry.subentries.values()))
+    assert subentry.data["reply_player"] == "media_player.bedroom_speaker"
+
+    registry.async_update_entity("media_player.bedroom_speaker", name="Bed")
+    await wait_entity(hass, SELECT, lambda s: s.state == "Bed")
+    registry.async_update_entity("media_player.bedroom_speaker", new_entity_id="media_player.bed")
+    await wait_entity(hass, SELECT, lambda s: s.attributes["player"] == "media_player.bed")
+    assert hub_of(hass).entry.subentries[subentry.subentry_id].data["reply_player"] == "media_player.bed"
+    assert hass.states.get(SELECT).state == "Bed"  # type: ignore[union-attr]
+
+    registry.async_remove("media_player.bed")
+    await wait_entity(hass, SELECT, lambda s: s.state == "media_player.bed")
+    assert hass.states.get(SELECT).attributes["options"][-1] == "media_player.bed"  # type: ignore[union-attr]
 
 
 async def test_the_reply_plays_on_the_chosen_speaker_and_the_device_shows_it(

@@ -1,5 +1,6 @@
 """Selects: screen theme, the assistant, finished-speaking detection, how the device connects, its wake word."""
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -7,13 +8,13 @@ from typing import Any
 from homeassistant.components.assist_pipeline import AssistPipelineSelect, VadSensitivitySelect
 from homeassistant.components.media_player import DOMAIN as MEDIA_PLAYER_DOMAIN
 from homeassistant.components.select import SelectEntity, SelectEntityDescription
-from homeassistant.const import EntityCategory
+from homeassistant.const import EVENT_STATE_CHANGED, EntityCategory
 from homeassistant.core import Event, EventStateChangedData, HomeAssistant, callback
 from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers.device_registry import DeviceInfo
+from homeassistant.helpers.dispatcher import async_dispatcher_connect, async_dispatcher_send
 from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
-from homeassistant.helpers.event import async_track_state_added_domain, async_track_state_removed_domain
 
 from .const import (
     CONF_REPLY_PLAYER,
@@ -83,6 +84,7 @@ async def async_setup_entry(
             *([("wake_word", lambda: XiaozhiWakeWordSelect(entry, device))] if takes_wake_word(device) else []),
         ]
 
+    async_follow_players(hass, entry)
     async_setup_device_entities(hass, entry, async_add_entities, candidates)
 
 
@@ -166,17 +168,19 @@ class XiaozhiTransportSelect(XiaozhiEntity, SelectEntity):
         self.async_write_ha_state()
 
 
+ATTR_PLAYER = "player"
 REPLY_SPEAKER = SelectEntityDescription(
     key="reply_speaker", translation_key="reply_speaker", entity_category=EntityCategory.CONFIG
 )
 
 
 class XiaozhiReplySpeakerSelect(XiaozhiEntity, SelectEntity):
-    """Where the device's replies play: ``device`` (its own speaker), or a media player's entity id.
+    """Where the device's replies play: ``device`` (its own speaker), or a media player, by its name.
 
     Announcements and questions follow; timers ring on the device (satellite/reply_speaker.py).
-    Stored with the device (its subentry). The options are Home Assistant's media players (the
-    xiaozhis' own aside), kept current as players come and go; a chosen player that went stays listed.
+    Stored with the device (its subentry) as the player's entity id, which follows a rename. The
+    options are Home Assistant's media players by name (the xiaozhis' own aside), kept current as
+    players come, go and are renamed; a chosen player that went stays listed.
     """
 
     def __init__(self, entry: XiaozhiConfigEntry, device: XiaozhiDevice) -> None:
@@ -184,54 +188,118 @@ class XiaozhiReplySpeakerSelect(XiaozhiEntity, SelectEntity):
         self.entry = entry
 
     async def async_added_to_hass(self) -> None:
-        """Follow the device, and the media players that come and go."""
+        """Follow the device, and the home's players (``async_follow_players``)."""
         await super().async_added_to_hass()
+        self.async_on_remove(async_dispatcher_connect(self.hass, players_signal(self.entry), self._players_changed))
 
-        @callback
-        def players_changed(event: Event[EventStateChangedData]) -> None:
-            if not self._ours(event.data["entity_id"]):  # a device's own speaker is never an option
-                self.async_write_ha_state()
-
-        self.async_on_remove(async_track_state_added_domain(self.hass, MEDIA_PLAYER_DOMAIN, players_changed))
-        self.async_on_remove(async_track_state_removed_domain(self.hass, MEDIA_PLAYER_DOMAIN, players_changed))
+    @callback
+    def _players_changed(self, entity_id: str) -> None:
+        if not is_xiaozhi(self.hass, entity_id):  # a device's own speaker is never an option
+            self.async_write_ha_state()
 
     @property
     def available(self) -> bool:
         """Always: the choice is Home Assistant's, the device need not be connected."""
         return True
 
-    def _ours(self, entity_id: str) -> bool:
-        """Whether ``entity_id`` is a xiaozhi's own speaker (small: never another's reply speaker).
-
-        Pairing a hundred devices then adds a hundred players without rewriting every select.
-        """
-        entry = er.async_get(self.hass).async_get(entity_id)
-        return entry is not None and entry.platform == DOMAIN
+    @property
+    def _chosen(self) -> str | None:
+        subentry = self.entry.subentries.get(self.device.subentry_id)
+        choice = subentry.data.get(CONF_REPLY_PLAYER) if subentry is not None else None
+        return choice if isinstance(choice, str) and choice.startswith(f"{MEDIA_PLAYER_DOMAIN}.") else None
 
     @property
     def options(self) -> list[str]:
-        """The device itself, then every media player but the xiaozhis' own speakers."""
-        players = sorted(
-            entity_id
-            for entity_id in self.hass.states.async_entity_ids(MEDIA_PLAYER_DOMAIN)
-            if not self._ours(entity_id)
-        )
+        """The device itself, then every media player but the xiaozhis' own speakers, by name."""
+        labels = player_labels(self.hass)
         current = self.current_option
-        return [REPLY_ON_DEVICE, *players, *([current] if current not in (REPLY_ON_DEVICE, *players) else [])]
+        return [REPLY_ON_DEVICE, *labels, *([current] if current not in (REPLY_ON_DEVICE, *labels) else [])]
 
     @property
     def current_option(self) -> str:
-        """The chosen player, or ``device``."""
-        subentry = self.entry.subentries.get(self.device.subentry_id)
-        choice = subentry.data.get(CONF_REPLY_PLAYER) if subentry is not None else None
-        return choice if isinstance(choice, str) and choice.startswith(f"{MEDIA_PLAYER_DOMAIN}.") else REPLY_ON_DEVICE
+        """The chosen player's name (its entity id once it is gone), or ``device``."""
+        if (chosen := self._chosen) is None:
+            return REPLY_ON_DEVICE
+        return next((label for label, player in player_labels(self.hass).items() if player == chosen), chosen)
+
+    @property
+    def extra_state_attributes(self) -> dict[str, Any]:
+        """The chosen player's entity id (None: the device), for automations and templates."""
+        return {ATTR_PLAYER: self._chosen}
 
     async def async_select_option(self, option: str) -> None:
         """Store it: the next reply plays there."""
-        async_store_choice(
-            self.hass, self.entry, self.device, CONF_REPLY_PLAYER, None if option == REPLY_ON_DEVICE else option
-        )
+        player = None if option == REPLY_ON_DEVICE else player_labels(self.hass).get(option, option)
+        async_store_choice(self.hass, self.entry, self.device, CONF_REPLY_PLAYER, player)
         self.async_write_ha_state()
+
+
+def is_xiaozhi(hass: HomeAssistant, entity_id: str) -> bool:
+    """Whether ``entity_id`` is a xiaozhi's own speaker (small: never another's reply speaker).
+
+    Pairing a hundred devices then adds a hundred players without rewriting every select.
+    """
+    entry = er.async_get(hass).async_get(entity_id)
+    return entry is not None and entry.platform == DOMAIN
+
+
+def player_labels(hass: HomeAssistant) -> dict[str, str]:
+    """The home's media players (the xiaozhis' own aside) by what the select shows: their names.
+
+    A name two players share is followed by each one's entity id, so that every label is one player.
+    """
+    named = [
+        (state.name, state.entity_id)
+        for state in hass.states.async_all(MEDIA_PLAYER_DOMAIN)
+        if not is_xiaozhi(hass, state.entity_id)
+    ]
+    counts = Counter(name for name, _ in named)
+    shared = {name for name, count in counts.items() if count > 1}
+    labels = {
+        f"{name} ({entity_id})" if name in shared or name == REPLY_ON_DEVICE else name: entity_id
+        for name, entity_id in named
+    }
+    return dict(sorted(labels.items(), key=lambda item: (item[0].casefold(), item[0])))
+
+
+def players_signal(entry: XiaozhiConfigEntry) -> str:
+    """Dispatched with an entity id when a media player came, went or was renamed."""
+    return f"{DOMAIN}_media_players_{entry.entry_id}"
+
+
+@callback
+def async_follow_players(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> None:
+    """One listener for the entry's Reply speaker selects; a chosen player's new entity id is kept.
+
+    Only a player that comes, goes or changes its name reaches the selects (not every state).
+    """
+
+    @callback
+    def named(data: EventStateChangedData) -> bool:
+        if not data["entity_id"].startswith(f"{MEDIA_PLAYER_DOMAIN}."):
+            return False
+        old, new = data["old_state"], data["new_state"]
+        return old is None or new is None or old.name != new.name
+
+    @callback
+    def changed(event: Event[EventStateChangedData]) -> None:
+        async_dispatcher_send(hass, players_signal(entry), event.data["entity_id"])
+
+    @callback
+    def moved(event: Event[er.EventEntityRegistryUpdatedData]) -> None:
+        data = event.data
+        if data["action"] != "update" or not (old := data.get("old_entity_id")):
+            return
+        if not data["entity_id"].startswith(f"{MEDIA_PLAYER_DOMAIN}."):
+            return
+        for subentry in list(entry.subentries.values()):
+            if subentry.data.get(CONF_REPLY_PLAYER) == old:
+                data_now = {**subentry.data, CONF_REPLY_PLAYER: data["entity_id"]}
+                hass.config_entries.async_update_subentry(entry, subentry, data=data_now)
+        async_dispatcher_send(hass, players_signal(entry), data["entity_id"])
+
+    entry.async_on_unload(hass.bus.async_listen(EVENT_STATE_CHANGED, changed, event_filter=named))
+    entry.async_on_unload(hass.bus.async_listen(er.EVENT_ENTITY_REGISTRY_UPDATED, moved))
 
 
 WAKE_WORD = SelectEntityDescription(key="wake_word", translation_key="wake_word", entity_category=EntityCategory.CONFIG)
