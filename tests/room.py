@@ -65,6 +65,7 @@ class RoomPlayer(MediaPlayerEntity):
         self.volume = volume
         self.reports = reports  # False: says nothing of an announcement (stays as it was)
         self.fail: str | None = None  # play_media raises this
+        self.late: asyncio.Event | None = None  # play_media never returns; the media plays once set
         self.played: list[Played] = []
         self.volumes: list[float] = []
         self.stops = 0
@@ -106,6 +107,18 @@ class RoomPlayer(MediaPlayerEntity):
     async def async_play_media(self, media_type: MediaType | str, media_id: str, **kwargs: Any) -> None:
         if self.fail is not None:
             raise HomeAssistantError(self.fail)
+        if (late := self.late) is not None:  # a cloud speaker: the request is on its way, the call hangs
+            self.late = None
+
+            async def arrives() -> None:
+                await late.wait()
+                await self._async_fetch(media_id, kwargs)
+
+            self.hass.async_create_task(arrives())
+            await asyncio.Event().wait()
+        await self._async_fetch(media_id, kwargs)
+
+    async def _async_fetch(self, media_id: str, kwargs: dict[str, Any]) -> None:
         async with aiohttp.ClientSession() as session, session.get(media_id) as response:
             response.raise_for_status()
             body = await response.read()

@@ -22,6 +22,7 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
 from custom_components.xiaozhi_local.const import DOMAIN, SUBENTRY_DEVICE
+from custom_components.xiaozhi_local.satellite import reply_speaker
 from custom_components.xiaozhi_local.satellite.quiet import DUCK_FACTOR
 from custom_components.xiaozhi_local.satellite.reply_speaker import END_GRACE
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
@@ -241,6 +242,39 @@ async def test_a_player_that_cannot_play_leaves_the_reply_on_the_device_and_a_re
     await device.wait_message(tts("stop"), timeout=30, after=marker)
     assert len(speaker.played) == 1
     assert issue_registry.async_get_issue(DOMAIN, ISSUE) is None
+
+
+async def test_a_player_that_takes_the_reply_too_late_does_not_play_it_over_the_device(
+    hass: HomeAssistant,
+    ready: Voice,
+    room: Room,
+    device: SimulatedDevice,
+    issue_registry: ir.IssueRegistry,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``play_media`` hangs past the limit: the device says the reply; when the player starts it
+    after all, it is stopped at once, and the player's music of before is never touched."""
+    monkeypatch.setattr(reply_speaker, "PLAY_TIMEOUT", 0.2)
+    tv = room.players["living_room_tv"]
+    tv.late = arrived = asyncio.Event()
+    await choose(hass, room.entity_id("living_room_tv"))
+    marker, packets = len(device.log), len(device.audio_at)
+    await device.say(speech_pcm())
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+    assert len(device.audio_at) > packets  # the device said it
+    issue = issue_registry.async_get_issue(DOMAIN, ISSUE)
+    assert issue is not None
+    assert "did not take the reply" in (issue.translation_placeholders or {})["reason"]
+    assert (tv.stops, tv.played) == (0, [])  # its music plays on
+    arrived.set()
+    await until(lambda: bool(tv.played) and tv.played[0].ended is not None, timeout=10)
+    assert tv.stops == 1
+    played = tv.played[0]
+    assert played.ended is not None
+    assert played.ended - played.began < played.seconds  # cut short, not heard over the device
+    state = hass.states.get(room.entity_id("living_room_tv"))
+    assert state is not None
+    assert (state.state, state.attributes["media_content_id"]) == ("playing", "music")
 
 
 async def test_a_player_that_does_not_say_it_ended_is_waited_for_the_replys_length(

@@ -50,6 +50,8 @@ _LOGGER = logging.getLogger(__package__)
 
 PLAY_TIMEOUT: Final = 10.0
 """Seconds a player has to take the ``play_media`` call before the reply goes to the device."""
+LATE_WATCH: Final = 120.0
+"""Seconds a player that did not take the reply in time is watched for starting it late."""
 END_GRACE: Final = 1.5
 """Seconds after the reply's length when a player that does not say it finished is taken as finished."""
 END_LIMIT: Final = 30.0
@@ -196,6 +198,8 @@ class ReplySpeaker:
             async with asyncio.timeout(PLAY_TIMEOUT):
                 await self.hass.services.async_call(MEDIA_PLAYER_DOMAIN, SERVICE_PLAY_MEDIA, data, blocking=True)
         except TimeoutError:
+            # A slow player may still start it (the request was on its way): not over the device's.
+            self._background(self._async_stop_late(player, absolute), "reply late stop")
             raise PlayerFailed(f"it did not take the reply within {PLAY_TIMEOUT:.0f} s") from None
         except (HomeAssistantError, vol.Invalid) as err:
             raise PlayerFailed(str(err) or type(err).__name__) from None
@@ -245,6 +249,19 @@ class ReplySpeaker:
                 for waiting in waits:
                     if waiting is not length:
                         waiting.cancel()
+
+    async def _async_stop_late(self, player: str, url: str) -> None:
+        """Stop the reply if the player starts it after all, within ``LATE_WATCH`` s (the device said it)."""
+        async with _Watch(self.hass, player) as seen:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(LATE_WATCH):
+                    while (state := self.hass.states.get(player)) is None or (
+                        state.attributes.get(ATTR_MEDIA_CONTENT_ID) != url
+                    ):
+                        seen.changed.clear()
+                        await seen.changed.wait()
+                    _LOGGER.info("%s started the reply it had not taken in time: stopped", player)
+                    await self._async_stop(player, url)
 
     async def _async_stop(self, player: str, url: str) -> None:
         """Stop the player if it still plays the reply (never music it plays of its own)."""
