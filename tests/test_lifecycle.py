@@ -443,6 +443,9 @@ async def test_deleting_the_hub_deletes_what_it_wrote(
     from custom_components.xiaozhi_local.const import DOMAIN
 
     hass.config.config_dir = str(tmp_path)  # its own folders: other tests' firmware cache is not touched
+    ducked = f"{DOMAIN}.ducked"  # a volume to give back to a player that never came back
+    players = {"media_player.gone": {"before": 0.5, "quieter": 0.125}}
+    hass_storage[ducked] = {"version": 1, "minor_version": 1, "key": ducked, "data": {"players": players}}
     config_entry.add_to_hass(hass)
     assert await hass.config_entries.async_setup(config_entry.entry_id)
     entry_id = config_entry.entry_id
@@ -463,6 +466,7 @@ async def test_deleting_the_hub_deletes_what_it_wrote(
     assert await hass.config_entries.async_remove(entry_id)
     await hass.async_block_till_done()
     assert not {key for key in hass_storage if key.startswith(f"{DOMAIN}.{entry_id}")}
+    assert ducked not in hass_storage  # the last hub: no volume is given back any more
     assert not await hass.async_add_executor_job(Path(hass.config.cache_path(DOMAIN)).exists)
     assert await hass.async_add_executor_job((mine / "bread-compact-wifi_2.5.1.bin").exists)
 

@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 from homeassistant.components.media_player import MediaPlayerState
 from homeassistant.config_entries import ConfigSubentry
-from homeassistant.const import CONF_MAC, CONF_TOKEN
+from homeassistant.const import CONF_MAC, CONF_TOKEN, EVENT_HOMEASSISTANT_FINAL_WRITE
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import entity_registry as er, intent, issue_registry as ir
 from homeassistant.helpers.event import async_track_state_change_event
@@ -22,7 +22,7 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
 from custom_components.xiaozhi_local.const import DOMAIN, SUBENTRY_DEVICE
-from custom_components.xiaozhi_local.satellite import reply_speaker
+from custom_components.xiaozhi_local.satellite import quiet, reply_speaker
 from custom_components.xiaozhi_local.satellite.quiet import DUCK_FACTOR
 from custom_components.xiaozhi_local.satellite.reply_speaker import END_GRACE
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
@@ -398,6 +398,76 @@ async def test_a_volume_that_cannot_be_put_back_now_is_when_the_player_returns(
     with caplog.at_level(logging.WARNING):
         tv.set_down(False)
     await until(lambda: tv.volume == 0.63)
+
+
+async def test_a_volume_still_to_give_back_survives_a_restart(
+    hass: HomeAssistant,
+    ready: Voice,
+    room: Room,
+    device: SimulatedDevice,
+    hass_storage: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The TV is off the network when the turn ends, and Home Assistant restarts before it is back:
+    the volume it had is on disk, and it gets it when it returns after the restart."""
+    tv = room.players["living_room_tv"]
+    marker = await ducked_turn(hass, device, tv)
+    tv.set_down(True)
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+    await until(lambda: "cannot be put back to 0.63 now" in caplog.text, timeout=10)
+    entry_id = hub_of(hass).entry.entry_id
+    await device.drop()
+    assert await hass.config_entries.async_unload(entry_id)
+    hass.bus.async_fire(EVENT_HOMEASSISTANT_FINAL_WRITE)  # Home Assistant stops: its stores are written
+    await hass.async_block_till_done()
+    saved = hass_storage["xiaozhi_local.ducked"]["data"]["players"]
+    assert saved == {room.entity_id("living_room_tv"): {"before": 0.63, "quieter": round(0.63 * DUCK_FACTOR, 3)}}
+    for key in (quiet._DUCKED, quiet._STORE):  # a new process: nothing of the old one in memory
+        hass.data.pop(key)
+    assert await hass.config_entries.async_setup(entry_id)
+    await hass.async_block_till_done()
+    assert tv.volume == round(0.63 * DUCK_FACTOR, 3)  # still away
+    tv.set_down(False)
+    await until(lambda: tv.volume == 0.63)
+    await hass.async_block_till_done()  # the volume-back task, after the player took it
+    hass.bus.async_fire(EVENT_HOMEASSISTANT_FINAL_WRITE)
+    await hass.async_block_till_done()
+    assert hass_storage["xiaozhi_local.ducked"]["data"]["players"] == {}
+
+
+@pytest.mark.parametrize(
+    "saved",
+    [
+        {"players": {"media_player.living_room_tv": "loud", "light.kitchen": {"before": 1, "quieter": 0.2}}},
+        {"players": ["media_player.living_room_tv"]},
+        {"players": {"media_player.living_room_tv": {"before": "0.63", "quieter": None}}},
+        {},
+    ],
+)
+async def test_an_unreadable_saved_volume_is_skipped_with_a_warning(
+    hass: HomeAssistant,
+    room: Room,
+    hass_storage: dict[str, Any],
+    setup_integration: MockConfigEntry,
+    caplog: pytest.LogCaptureFixture,
+    saved: dict[str, Any],
+) -> None:
+    tv = room.players["living_room_tv"]
+    assert await hass.config_entries.async_unload(setup_integration.entry_id)
+    hass.data.pop(quiet._DUCKED, None)
+    hass.data.pop(quiet._STORE, None)
+    hass_storage["xiaozhi_local.ducked"] = {
+        "version": 1,
+        "minor_version": 1,
+        "key": "xiaozhi_local.ducked",
+        "data": saved,
+    }
+    assert await hass.config_entries.async_setup(setup_integration.entry_id)
+    await hass.async_block_till_done()
+    assert tv.volumes == []
+    assert hass.data[quiet._DUCKED] == {}
+    if saved and isinstance(saved["players"], dict) and "light.kitchen" not in saved["players"]:
+        assert "saved volume of media_player.living_room_tv is unreadable" in caplog.text
 
 
 async def test_a_volume_changed_meanwhile_is_left_as_set(

@@ -12,11 +12,12 @@ import inspect
 from typing import Any
 
 from homeassistant.const import CONF_TOKEN
-from homeassistant.core import HomeAssistant
+from homeassistant.core import CoreState, HomeAssistant
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import DOMAIN
+from custom_components.xiaozhi_local.satellite import quiet
 
 from .conftest import device_subentry
 from .internals import hub_of
@@ -182,3 +183,23 @@ async def test_a_stop_in_the_middle_of_the_saves_loses_no_token(
     hub = hub_of(config_entry)
     assert {mac: hub.devices[mac].token for mac in tokens} == tokens
     assert await _tokens_left_subentries(hass, config_entry)
+
+
+async def test_a_save_asked_for_once_the_final_write_began_is_written_now(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, hass_storage: dict[str, Any]
+) -> None:
+    """A device that leaves late in Home Assistant's stop, a volume given back then: a delayed save
+    would wait for a timer that never runs (the stores were written already), and be lost."""
+    hub_key = f"{DOMAIN}.{setup_integration.entry_id}"
+    hass.data.setdefault(quiet._DUCKED, {})["media_player.tv"] = quiet._Ducked(0.6, 0.15)
+    hass_storage.pop(hub_key, None)
+    hass.set_state(CoreState.final_write)
+    try:
+        hub_of(setup_integration).storage.async_schedule_save()
+        quiet._async_changed(hass)
+        await hass.async_block_till_done()
+    finally:
+        hass.set_state(CoreState.running)
+    assert set(hass_storage[hub_key]["data"]) == set(hub_of(setup_integration).devices)
+    ducked = {"media_player.tv": {"before": 0.6, "quieter": 0.15}}
+    assert hass_storage[f"{DOMAIN}.ducked"]["data"] == {"players": ducked}

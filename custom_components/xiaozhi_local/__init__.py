@@ -18,6 +18,7 @@ from .firmware.server import XiaozhiFirmwareView
 from .hub import DATA_HUB, XiaozhiConfigEntry
 from .llm import API_NAME, XiaozhiDevicesAPI
 from .repairs import async_check_ffmpeg, async_check_url
+from .satellite.quiet import async_forget_volumes, async_restore_volumes
 from .services import async_setup_services
 from .sound.announcements import DATA_ANNOUNCEMENTS, XiaozhiNotifyView
 from .store.storage import hub_store
@@ -95,6 +96,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> b
     driver.async_start()
     entry.runtime_data = hub
     await driver.async_start_mqtt()
+    await async_restore_volumes(hass)  # what a device had made quieter before a restart, back now
     entry.async_on_unload(entry.add_update_listener(partial(_async_entry_updated, driver)))
     await hass.config_entries.async_forward_entry_setups(entry, PLATFORMS)
 
@@ -153,3 +155,5 @@ async def async_remove_entry(hass: HomeAssistant, entry: XiaozhiConfigEntry) -> 
     await hub_store(hass, entry.entry_id).async_remove()
     await journal_store(hass, entry.entry_id).async_remove()
     await hass.async_add_executor_job(partial(shutil.rmtree, hass.config.cache_path(DOMAIN), ignore_errors=True))
+    if not any(other.entry_id != entry.entry_id for other in hass.config_entries.async_entries(DOMAIN)):
+        await async_forget_volumes(hass)  # the last hub: no player waits for its volume any more

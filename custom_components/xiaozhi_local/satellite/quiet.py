@@ -26,12 +26,14 @@ from homeassistant.core import CALLBACK_TYPE, Event, EventStateChangedData, Home
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import device_registry as dr, entity_registry as er
 from homeassistant.helpers.event import async_track_state_change_event
+from homeassistant.helpers.storage import Store
 from homeassistant.util.hass_dict import HassKey
 import probatio as vol
 
 from ..const import CONF_DUCK_ROOM, DOMAIN
 from ..device import XiaozhiDevice
 from ..hub import XiaozhiConfigEntry
+from ..store.storage import async_save_later
 
 _LOGGER = logging.getLogger(__package__)
 
@@ -65,6 +67,60 @@ class _Ducked:
 
 _DUCKED: HassKey[dict[str, _Ducked]] = HassKey(f"{DOMAIN}_ducked")
 """Every player made quieter, by entity id: shared, as two devices of a room may talk at once."""
+_STORE: HassKey[Store[dict[str, Any]]] = HassKey(f"{DOMAIN}_ducked_store")
+SAVE_DELAY: Final = 1.0
+"""Seconds after a change before the players made quieter are written (Home Assistant writes at its stop)."""
+
+
+def _store(hass: HomeAssistant) -> Store[dict[str, Any]]:
+    """Where the players made quieter are kept across a restart (``xiaozhi_local.ducked``)."""
+    if (store := hass.data.get(_STORE)) is None:
+        store = hass.data[_STORE] = Store(hass, 1, f"{DOMAIN}.ducked")
+    return store
+
+
+@callback
+def _async_changed(hass: HomeAssistant) -> None:
+    """The players made quieter changed: written soon, so that a restart does not lose a volume."""
+
+    def to_save() -> dict[str, Any]:
+        shared = hass.data.get(_DUCKED, {})
+        return {"players": {player: {"before": d.before, "quieter": d.quieter} for player, d in shared.items()}}
+
+    async_save_later(hass, _store(hass), to_save, SAVE_DELAY)
+
+
+async def async_forget_volumes(hass: HomeAssistant) -> None:
+    """The integration is deleted: the volumes still to give back are given up (logged), and their file goes."""
+    for player, ducked in hass.data.pop(_DUCKED, {}).items():
+        _LOGGER.warning("The volume of %s is not put back to %s: the integration was deleted", player, ducked.before)
+        if ducked.returning is not None:
+            ducked.returning()
+    await _store(hass).async_remove()
+
+
+async def async_restore_volumes(hass: HomeAssistant) -> None:
+    """Volumes not given back before Home Assistant stopped (or this hub unloaded): given back now.
+
+    A player that is not there yet or unavailable gets its volume when it is back; one whose volume
+    someone changed meanwhile is left as it is (``_async_give_back``).
+    """
+    saved = await _store(hass).async_load() or {}
+    shared = hass.data.setdefault(_DUCKED, {})
+    players = saved.get("players")
+    for player, volumes in (players if isinstance(players, dict) else {}).items():
+        before, quieter = (volumes.get(key) if isinstance(volumes, dict) else None for key in ("before", "quieter"))
+        if player in shared or not isinstance(player, str) or not player.startswith(f"{MEDIA_PLAYER_DOMAIN}."):
+            continue
+        if isinstance(before, (int, float)) and isinstance(quieter, (int, float)):
+            shared[player] = _Ducked(float(before), float(quieter))
+        else:
+            _LOGGER.warning("The saved volume of %s is unreadable: %s", player, volumes)
+    for player, ducked in list(shared.items()):
+        if not ducked.holders and ducked.returning is None:  # restored, or left waiting by an unload
+            hass.async_create_task(_async_give_back(hass, player, ducked), "xiaozhi_local volume back")
+    if saved:
+        _async_changed(hass)  # what was unreadable goes
 
 
 class QuietRoom:
@@ -132,6 +188,7 @@ class QuietRoom:
                 continue
             quieter = round(float(volume) * DUCK_FACTOR, 3)
             self._ducked[player] = _Ducked(float(volume), quieter, {self.device.mac})
+            _async_changed(self.hass)
             self._mine.add(player)
             self._background(self._async_volume(player, quieter), "duck")
 
@@ -209,7 +266,9 @@ async def _async_give_back(hass: HomeAssistant, player: str, ducked: _Ducked) ->
         volume = state.attributes.get(ATTR_MEDIA_VOLUME_LEVEL)
         if isinstance(volume, (int, float)) and abs(float(volume) - ducked.quieter) > SAME_VOLUME:
             _LOGGER.debug("%s was set to %s meanwhile; left so", player, volume)
-            shared.pop(player, None)
+            if shared.get(player) is ducked:
+                shared.pop(player)
+                _async_changed(hass)
             return
         try:
             await _async_set_volume(hass, player, ducked.before)
@@ -217,7 +276,8 @@ async def _async_give_back(hass: HomeAssistant, player: str, ducked: _Ducked) ->
             why = str(err) or type(err).__name__
         else:
             if shared.get(player) is ducked and not ducked.holders:
-                shared.pop(player, None)
+                shared.pop(player)
+                _async_changed(hass)
             return
     else:
         why = "it is unavailable"

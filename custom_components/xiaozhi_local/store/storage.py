@@ -15,7 +15,7 @@ from typing import Any
 
 from homeassistant.config_entries import ConfigEntry, ConfigSubentry
 from homeassistant.const import CONF_MAC, CONF_TOKEN
-from homeassistant.core import HomeAssistant, callback
+from homeassistant.core import CoreState, HomeAssistant, callback
 from homeassistant.helpers.json import json_bytes
 from homeassistant.helpers.storage import Store
 
@@ -29,6 +29,24 @@ from ..tools.readings import REPORT_SAVE_DELAY
 _LOGGER = logging.getLogger(__name__)
 
 STORAGE_VERSION = 1
+
+
+@callback
+def async_save_later[T: Mapping[str, Any]](
+    hass: HomeAssistant, store: Store[T], data: Callable[[], T], delay: float
+) -> None:
+    """``store.async_delay_save``, except once Home Assistant's final write has begun: then now.
+
+    A delayed save asked for then (a device that leaves late in the stop) would wait for a timer
+    that never runs: Home Assistant has written its stores already, and that change would be lost.
+    Once it has stopped, nothing is written any more (and no timer is left behind).
+    """
+    if hass.state is CoreState.final_write:
+        hass.async_create_task(store.async_save(data()), f"{DOMAIN} save {store.key}")
+    elif hass.state is CoreState.stopped:
+        _LOGGER.debug("Not saved (%s): Home Assistant has stopped", store.key)
+    else:
+        store.async_delay_save(data, delay)
 
 
 def hub_store(hass: HomeAssistant, entry_id: str) -> Store[dict[str, Any]]:
@@ -77,7 +95,7 @@ class HubStorage:
         if self._save_due is not None and self._save_due <= due:
             return
         self._save_due = due
-        self._store.async_delay_save(self.data_to_save, delay)
+        async_save_later(self.hass, self._store, self.data_to_save, delay)
 
     @callback
     def data_to_save(self) -> dict[str, Any]:
