@@ -201,6 +201,17 @@ async def test_the_reply_plays_on_the_chosen_speaker_and_the_device_shows_it(
     assert times[-1]["response_ms"] > 0
 
 
+async def said_by_the_device(device: SimulatedDevice, issue_registry: ir.IssueRegistry) -> dict[str, str]:
+    """A turn whose reply the device had to say itself; the repair's placeholders (it must be there)."""
+    marker, packets = len(device.log), len(device.audio_at)
+    await device.say(speech_pcm())
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+    assert len(device.audio_at) > packets  # the device said it
+    issue = issue_registry.async_get_issue(DOMAIN, ISSUE)
+    assert issue is not None
+    return dict(issue.translation_placeholders or {})
+
+
 async def test_a_player_that_cannot_play_leaves_the_reply_on_the_device_and_a_repair_says_why(
     hass: HomeAssistant,
     ready: Voice,
@@ -212,13 +223,7 @@ async def test_a_player_that_cannot_play_leaves_the_reply_on_the_device_and_a_re
     speaker = room.players["living_room_speaker"]
     await choose(hass, room.entity_id("living_room_speaker"))
     speaker.fail = "the speaker is asleep"
-    marker, packets = len(device.log), len(device.audio_at)
-    await device.say(speech_pcm())
-    await device.wait_message(tts("stop"), timeout=30, after=marker)
-    assert len(device.audio_at) > packets  # the device said it
-    issue = issue_registry.async_get_issue(DOMAIN, ISSUE)
-    assert issue is not None
-    assert issue.translation_placeholders == {
+    assert await said_by_the_device(device, issue_registry) == {
         "device": "Kitchen",
         "player": room.entity_id("living_room_speaker"),
         "reason": "the speaker is asleep",
@@ -227,14 +232,8 @@ async def test_a_player_that_cannot_play_leaves_the_reply_on_the_device_and_a_re
     # Unavailable: the same, without a call.
     speaker.fail = None
     speaker.set_down(True)
-    marker, packets = len(device.log), len(device.audio_at)
-    await device.say(speech_pcm())
-    await device.wait_message(tts("stop"), timeout=30, after=marker)
-    assert len(device.audio_at) > packets
+    assert (await said_by_the_device(device, issue_registry))["reason"] == "it is unavailable"
     assert not speaker.played
-    issue = issue_registry.async_get_issue(DOMAIN, ISSUE)
-    assert issue is not None
-    assert (issue.translation_placeholders or {}).get("reason") == "it is unavailable"
     # Back: the reply plays there again, and the notice goes.
     speaker.set_down(False)
     marker = len(device.log)
@@ -258,13 +257,7 @@ async def test_a_player_that_takes_the_reply_too_late_does_not_play_it_over_the_
     tv = room.players["living_room_tv"]
     tv.late = arrived = asyncio.Event()
     await choose(hass, room.entity_id("living_room_tv"))
-    marker, packets = len(device.log), len(device.audio_at)
-    await device.say(speech_pcm())
-    await device.wait_message(tts("stop"), timeout=30, after=marker)
-    assert len(device.audio_at) > packets  # the device said it
-    issue = issue_registry.async_get_issue(DOMAIN, ISSUE)
-    assert issue is not None
-    assert "did not take the reply" in (issue.translation_placeholders or {})["reason"]
+    assert "did not take the reply" in (await said_by_the_device(device, issue_registry))["reason"]
     assert (tv.stops, tv.played) == (0, [])  # its music plays on
     arrived.set()
     await until(lambda: bool(tv.played) and tv.played[0].ended is not None, timeout=10)
