@@ -132,11 +132,11 @@ async def test_the_options_are_the_device_and_the_media_players_not_a_xiaozhis(
 
 
 async def test_the_options_follow_names_renames_and_players_that_go(
-    hass: HomeAssistant, room: Room, setup_integration: MockConfigEntry
+    hass: HomeAssistant, room: Room, setup_integration: MockConfigEntry, entity_registry: er.EntityRegistry
 ) -> None:
     """Players show by name; a name two share shows each one's entity id too; a rename (name or
     entity id) is followed, and the choice stays with the player; a player that went stays listed."""
-    registry = er.async_get(hass)
+    registry = entity_registry
     for key in ("living_room_radio", "bedroom_speaker"):
         registry.async_update_entity(room.entity_id(key), name="Speaker")
     registry.async_update_entity(room.entity_id("living_room_tv"), name="device")  # our own option's key
