@@ -428,6 +428,29 @@ async def test_a_volume_still_to_give_back_survives_a_restart(
     assert hass_storage["xiaozhi_local.ducked"]["data"]["players"] == {}
 
 
+async def test_a_player_deleted_while_it_is_owed_its_volume_is_forgotten(
+    hass: HomeAssistant,
+    ready: Voice,
+    room: Room,
+    device: SimulatedDevice,
+    hass_storage: dict[str, Any],
+    entity_registry: er.EntityRegistry,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tv = room.players["living_room_tv"]
+    marker = await ducked_turn(hass, device, tv)
+    tv.set_down(True)
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+    await until(lambda: "cannot be put back to 0.63 now" in caplog.text, timeout=10)
+    assert room.entity_id("living_room_tv") in hass.data[quiet._DUCKED]
+    entity_registry.async_remove(room.entity_id("living_room_tv"))
+    await hass.async_block_till_done()
+    assert hass.data[quiet._DUCKED] == {}
+    hass.bus.async_fire(EVENT_HOMEASSISTANT_FINAL_WRITE)
+    await hass.async_block_till_done()
+    assert hass_storage["xiaozhi_local.ducked"]["data"]["players"] == {}
+
+
 @pytest.mark.parametrize(
     "saved",
     [

@@ -291,6 +291,13 @@ async def _async_give_back(hass: HomeAssistant, player: str, ducked: _Ducked) ->
     @callback
     def on_change(event: Event[EventStateChangedData]) -> None:
         new = event.data["new_state"]
+        if new is None and registered and registry.async_get(player) is None and ducked.returning is not None:
+            stop_waiting()  # deleted (not just stopped): nothing will take it any more
+            _LOGGER.info("%s was deleted: its volume is no longer owed", player)
+            if shared.get(player) is ducked:
+                shared.pop(player)
+                _async_changed(hass)
+            return
         if new is None or new.state == STATE_UNAVAILABLE or ducked.returning is None:
             return
         stop_waiting()
@@ -303,5 +310,7 @@ async def _async_give_back(hass: HomeAssistant, player: str, ducked: _Ducked) ->
             ducked.returning = None
             remove()
 
+    registry = er.async_get(hass)
+    registered = registry.async_get(player) is not None  # a player without an id only ever stops
     remove = async_track_state_change_event(hass, player, on_change)
     ducked.returning = stop_waiting
