@@ -13,6 +13,7 @@ from typing import Any
 import wave
 
 import aiohttp
+import av
 from homeassistant.components.media_player import (
     MediaPlayerEntity,
     MediaPlayerEntityFeature,
@@ -65,6 +66,7 @@ class RoomPlayer(MediaPlayerEntity):
         self.volume = volume
         self.reports = reports  # False: says nothing of an announcement (stays as it was)
         self.fail: str | None = None  # play_media raises this
+        self.fails_from: int | None = None  # play_media raises once this many have been played
         self.late: asyncio.Event | None = None  # play_media never returns; the media plays once set
         self.played: list[Played] = []
         self.volumes: list[float] = []
@@ -107,6 +109,8 @@ class RoomPlayer(MediaPlayerEntity):
     async def async_play_media(self, media_type: MediaType | str, media_id: str, **kwargs: Any) -> None:
         if self.fail is not None:
             raise HomeAssistantError(self.fail)
+        if self.fails_from is not None and len(self.played) >= self.fails_from:
+            raise HomeAssistantError(f"{self.key} fails from play {self.fails_from + 1} on")
         if (late := self.late) is not None:  # a cloud speaker: the request is on its way, the call hangs
             self.late = None
 
@@ -122,8 +126,7 @@ class RoomPlayer(MediaPlayerEntity):
         async with aiohttp.ClientSession() as session, session.get(media_id) as response:
             response.raise_for_status()
             body = await response.read()
-        with wave.open(io.BytesIO(body)) as wav:
-            seconds = wav.getnframes() / wav.getframerate()
+        seconds = await self.hass.async_add_executor_job(media_seconds, body)
         loop = asyncio.get_running_loop()
         played = Played(media_id, dict(kwargs), body, seconds, loop.time())
         self.played.append(played)
@@ -141,6 +144,15 @@ class RoomPlayer(MediaPlayerEntity):
             if self.reports:
                 self.state_now, self._attr_media_content_id = before
                 self.async_write_ha_state()
+
+
+def media_seconds(body: bytes) -> float:
+    """How long a fetched file plays: a WAV from its header, anything else (the chime's MP3) decoded."""
+    if body[:4] == b"RIFF":
+        with wave.open(io.BytesIO(body)) as wav:
+            return float(wav.getnframes() / wav.getframerate())
+    with av.open(io.BytesIO(body), mode="r") as container:
+        return sum((frame.samples / frame.sample_rate for frame in container.decode(audio=0)), 0.0)
 
 
 @dataclass

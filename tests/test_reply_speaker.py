@@ -509,14 +509,21 @@ async def test_announcements_and_questions_follow_the_choice(
 ) -> None:
     speaker = room.players["living_room_speaker"]
     await choose(hass, room.entity_id("living_room_speaker"))
-    # An announcement: on the speaker; the device shows it, and plays nothing.
+    # An announcement: Home Assistant's chime, then the message, on the speaker; the device shows
+    # the message's text once it is said, and plays nothing.
     marker, packets = len(device.log), len(device.audio_at)
+    shown = asyncio.ensure_future(seen_at(device, tts("sentence_start"), marker))
     await hass.services.async_call(
         "assist_satellite", "announce", {"entity_id": SATELLITE, "message": "Dinner is ready"}, blocking=True
     )
-    assert len(speaker.played) == 1
-    assert speaker.played[0].extra.get("announce") is True
-    assert speaker.played[0].ended is not None  # the action returned once it was played
+    chime, message = speaker.played
+    assert chime.media_id.endswith("/api/assist_satellite/static/preannounce.mp3")
+    assert 0.5 < chime.seconds < 3
+    assert chime.ended is not None
+    assert message.began >= chime.ended  # the message waits for the chime
+    assert (chime.extra.get("announce"), message.extra.get("announce")) == (True, True)
+    assert message.ended is not None  # the action returned once it was played
+    assert await shown >= message.began  # not during the chime
     sentence = await device.wait_message(tts("sentence_start"), after=marker)
     assert sentence["text"] == "Dinner is ready"
     assert len(device.audio_at) == packets
@@ -539,16 +546,34 @@ async def test_announcements_and_questions_follow_the_choice(
             return_response=True,
         )
     )
-    await until(lambda: len(speaker.played) == 2, timeout=30)
+    await until(lambda: len(speaker.played) == 3, timeout=30)  # preannounce=False: no chime
     stopped = await stop
-    assert speaker.played[1].ended is not None
-    assert stopped >= speaker.played[1].ended
+    assert speaker.played[2].ended is not None
+    assert stopped >= speaker.played[2].ended
     await until(lambda: device.device_state == "listening")
     device.relisten = False  # the answer ends the exchange: no new turn opens after it
     await device.say(speech_pcm(), start=False)
     async with asyncio.timeout(30):
         result = await asking
     assert result["id"] == "yes"  # type: ignore[index]
+
+
+async def test_a_message_the_player_fails_after_its_chime_is_said_by_the_device_without_it(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice, issue_registry: ir.IssueRegistry
+) -> None:
+    """The chime was heard on the speaker: the device says the message only, not the chime again."""
+    speaker = room.players["living_room_speaker"]
+    speaker.fails_from = 1
+    await choose(hass, room.entity_id("living_room_speaker"))
+    marker, packets = len(device.log), len(device.audio_at)
+    await hass.services.async_call(
+        "assist_satellite", "announce", {"entity_id": SATELLITE, "message": "Dinner is ready"}, blocking=True
+    )
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+    assert [p.media_id.rsplit("/", 1)[-1] for p in speaker.played] == ["preannounce.mp3"]
+    heard = (len(device.audio_at) - packets) * device.frame_ms / 1000
+    assert abs(heard - speech_seconds("Dinner is ready")) < 0.3, heard  # the chime (1.25 s) not again
+    assert issue_registry.async_get_issue(DOMAIN, ISSUE) is not None
 
 
 async def test_a_timer_rings_on_the_device_not_on_the_reply_speaker(
@@ -584,9 +609,8 @@ async def test_an_idle_device_announces_on_its_speaker_without_opening_a_convers
         speaker = room.players["living_room_speaker"]
         await choose(hass, room.entity_id("living_room_speaker"))
         marker = len(sim.log)
-        await hass.services.async_call(
-            "assist_satellite", "announce", {"entity_id": SATELLITE, "message": "The door is open"}, blocking=True
-        )
+        announce = {"entity_id": SATELLITE, "message": "The door is open", "preannounce": False}
+        await hass.services.async_call("assist_satellite", "announce", announce, blocking=True)
         assert len(speaker.played) == 1
         assert speaker.played[0].ended is not None
         assert not sim.mqtt.audio_channel_open

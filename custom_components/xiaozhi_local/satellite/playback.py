@@ -166,10 +166,9 @@ class Playback:
         if not link.audio_open:
             if player is not None:
                 try:  # the device shows nothing while idle: the player says it
-                    seconds = speaker.announcement_seconds(runner.hass, announcement)
-                    await runner.speaker.async_speak(None, player, announcement.media_id, seconds, lambda: None, None)
-                except PlayerFailed:  # said in a repair (reply_speaker.py): the device says it
-                    pass
+                    await runner.speaker.async_announce(None, player, announcement, lambda: None)
+                except PlayerFailed as err:  # said in a repair (reply_speaker.py): the device says it
+                    sources = sources[1:] if err.chimed else sources
                 else:
                     return
             if not announcement.message and not self.device.plays_notify:
@@ -199,18 +198,12 @@ class Playback:
     async def _async_say(
         self, run: Run, sources: list[PcmSource], player: str | None, announcement: AssistSatelliteAnnouncement
     ) -> None:
-        """An announcement on the device's reply speaker; on the device when it cannot play it.
-
-        The player gets the message without the chime: its own ``announce`` has one.
-        """
+        """An announcement on the device's reply speaker (chime, then message); on the device when it cannot."""
         if player is not None:
             try:
-                seconds = speaker.announcement_seconds(self._runner.hass, announcement)
-                await self._runner.speaker.async_speak(
-                    run.link, player, announcement.media_id, seconds, lambda: run.tts_text, None
-                )
-            except PlayerFailed:  # said in a repair (reply_speaker.py); nothing reached the device yet
-                pass
+                await self._runner.speaker.async_announce(run.link, player, announcement, lambda: run.tts_text)
+            except PlayerFailed as err:  # said in a repair (reply_speaker.py); nothing reached the device yet
+                sources = sources[1:] if err.chimed else sources  # the chime played there already
             else:
                 return
         await self._runner.async_play(run, speaker.chained(sources), respond=False)

@@ -5,7 +5,8 @@ announcements and questions then play there, with ``announce`` where the player 
 while the device shows the text in its speaking state; its ``tts stop`` (which reopens the
 microphone in a continued conversation) waits until the player has finished. A player says so by
 leaving ``playing``; one that does not (an announcement over music keeps ``playing``) is taken as
-finished when the reply's length (counted from the same audio) has passed. A player that is
+finished when the reply's length (counted from the same audio) has passed. An announcement's
+chime plays there before its message, as a satellite plays it. A player that is
 missing, unavailable or refuses the call: the reply plays on the device, and a repair says why (it
 goes when the player plays again). Timers ring on the device (``playback.py``).
 """
@@ -17,6 +18,7 @@ import logging
 import math
 from typing import Any, Final
 
+from homeassistant.components.assist_satellite import AssistSatelliteAnnouncement
 from homeassistant.components.media_player import (
     ATTR_MEDIA_ANNOUNCE,
     ATTR_MEDIA_CONTENT_ID,
@@ -43,7 +45,8 @@ from ..device import XiaozhiDevice
 from ..hub import XiaozhiConfigEntry
 from ..protocol import voice
 from ..repairs import async_reply_player_failed, async_reply_player_played
-from ..sound.speaker import SpeakerLink, SpeechWatch, show_sentences
+from ..sound.media import ffmpeg_pcm, full_url, pcm_seconds
+from ..sound.speaker import SpeakerLink, SpeechWatch, TextSource, announcement_seconds, show_sentences
 from .quiet import PLAYING, VOLUME_TIMEOUT, QuietRoom, chosen
 
 _LOGGER = logging.getLogger(__package__)
@@ -59,7 +62,12 @@ END_LIMIT: Final = 30.0
 
 
 class PlayerFailed(Exception):
-    """The chosen player cannot play the reply (the reason, for the log and the repair)."""
+    """The chosen player cannot play the reply (the reason, for the log and the repair).
+
+    ``chimed``: an announcement's chime played there already (the device says only the message).
+    """
+
+    chimed = False
 
 
 class _Watch:
@@ -119,6 +127,26 @@ class ReplySpeaker:
         """The media player chosen for the device's replies; None: the device itself."""
         value = chosen(self._entry(), self.device, CONF_REPLY_PLAYER)
         return value if isinstance(value, str) and value.startswith(f"{MEDIA_PLAYER_DOMAIN}.") else None
+
+    async def async_announce(
+        self, link: SpeakerLink | None, player: str, announcement: AssistSatelliteAnnouncement, text: TextSource
+    ) -> None:
+        """An announcement on ``player``: Home Assistant's chime first when it has one, then the message.
+
+        The chime plays as an announcement of its own, and the message once it has finished (the
+        device shows the message's text only). Raises ``PlayerFailed`` as ``async_speak`` does.
+        """
+        chimed = False
+        try:
+            if chime := announcement.preannounce_media_id:
+                length = pcm_seconds(ffmpeg_pcm(self.hass, full_url(self.hass, chime)))
+                await self.async_speak(None, player, chime, length, lambda: None, None)
+                chimed = True
+            seconds = announcement_seconds(self.hass, announcement)
+            await self.async_speak(link, player, announcement.media_id, seconds, text, None)
+        except PlayerFailed as err:
+            err.chimed = chimed
+            raise
 
     async def async_speak(  # noqa: PLR0917 - one reply's parts
         self,
