@@ -379,14 +379,21 @@ async def ducked_turn(hass: HomeAssistant, device: SimulatedDevice, tv: RoomPlay
     return marker
 
 
-async def test_a_volume_that_cannot_be_put_back_now_is_when_the_player_returns(
-    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice, caplog: pytest.LogCaptureFixture
+async def owed_a_volume(
+    hass: HomeAssistant, device: SimulatedDevice, tv: RoomPlayer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tv = room.players["living_room_tv"]
+    """A turn that turned the TV down, which is off the network when its volume is due back."""
     marker = await ducked_turn(hass, device, tv)
     tv.set_down(True)
     await device.wait_message(tts("stop"), timeout=30, after=marker)
     await until(lambda: "cannot be put back to 0.63 now" in caplog.text, timeout=10)
+
+
+async def test_a_volume_that_cannot_be_put_back_now_is_when_the_player_returns(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice, caplog: pytest.LogCaptureFixture
+) -> None:
+    tv = room.players["living_room_tv"]
+    await owed_a_volume(hass, device, tv, caplog)
     assert tv.volume == round(0.63 * DUCK_FACTOR, 3)
     with caplog.at_level(logging.WARNING):
         tv.set_down(False)
@@ -404,10 +411,7 @@ async def test_a_volume_still_to_give_back_survives_a_restart(
     """The TV is off the network when the turn ends, and Home Assistant restarts before it is back:
     the volume it had is on disk, and it gets it when it returns after the restart."""
     tv = room.players["living_room_tv"]
-    marker = await ducked_turn(hass, device, tv)
-    tv.set_down(True)
-    await device.wait_message(tts("stop"), timeout=30, after=marker)
-    await until(lambda: "cannot be put back to 0.63 now" in caplog.text, timeout=10)
+    await owed_a_volume(hass, device, tv, caplog)
     entry_id = hub_of(hass).entry.entry_id
     await device.drop()
     assert await hass.config_entries.async_unload(entry_id)
@@ -438,10 +442,7 @@ async def test_a_player_deleted_while_it_is_owed_its_volume_is_forgotten(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     tv = room.players["living_room_tv"]
-    marker = await ducked_turn(hass, device, tv)
-    tv.set_down(True)
-    await device.wait_message(tts("stop"), timeout=30, after=marker)
-    await until(lambda: "cannot be put back to 0.63 now" in caplog.text, timeout=10)
+    await owed_a_volume(hass, device, tv, caplog)
     assert room.entity_id("living_room_tv") in hass.data[quiet._DUCKED]
     entity_registry.async_remove(room.entity_id("living_room_tv"))
     await hass.async_block_till_done()
