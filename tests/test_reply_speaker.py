@@ -453,12 +453,18 @@ async def test_a_player_deleted_while_it_is_owed_its_volume_is_forgotten(
 
 
 @pytest.mark.parametrize(
-    "saved",
+    ("saved", "warning"),
     [
-        {"players": {"media_player.living_room_tv": "loud", "light.kitchen": {"before": 1, "quieter": 0.2}}},
-        {"players": ["media_player.living_room_tv"]},
-        {"players": {"media_player.living_room_tv": {"before": "0.63", "quieter": None}}},
-        {},
+        (
+            {"players": {"media_player.living_room_tv": "loud", "light.kitchen": {"before": 1, "quieter": 0.2}}},
+            "saved volume of media_player.living_room_tv is unreadable",
+        ),
+        ({"players": ["media_player.living_room_tv"]}, "saved volumes are unreadable"),
+        (
+            {"players": {"media_player.living_room_tv": {"before": "0.63", "quieter": None}}},
+            "saved volume of media_player.living_room_tv is unreadable",
+        ),
+        ({}, None),
     ],
 )
 async def test_an_unreadable_saved_volume_is_skipped_with_a_warning(
@@ -468,23 +474,23 @@ async def test_an_unreadable_saved_volume_is_skipped_with_a_warning(
     setup_integration: MockConfigEntry,
     caplog: pytest.LogCaptureFixture,
     saved: dict[str, Any],
+    warning: str | None,
 ) -> None:
+    """Nothing is set from it, the warning names what is wrong, and the store is written clean."""
     tv = room.players["living_room_tv"]
     assert await hass.config_entries.async_unload(setup_integration.entry_id)
     hass.data.pop(quiet._DUCKED, None)
     hass.data.pop(quiet._STORE, None)
-    hass_storage["xiaozhi_local.ducked"] = {
-        "version": 1,
-        "minor_version": 1,
-        "key": "xiaozhi_local.ducked",
-        "data": saved,
-    }
+    key = "xiaozhi_local.ducked"
+    hass_storage[key] = {"version": 1, "minor_version": 1, "key": key, "data": saved}
     assert await hass.config_entries.async_setup(setup_integration.entry_id)
     await hass.async_block_till_done()
     assert tv.volumes == []
     assert hass.data[quiet._DUCKED] == {}
-    if saved and isinstance(saved["players"], dict) and "light.kitchen" not in saved["players"]:
-        assert "saved volume of media_player.living_room_tv is unreadable" in caplog.text
+    assert (warning in caplog.text) if warning else "unreadable" not in caplog.text
+    hass.bus.async_fire(EVENT_HOMEASSISTANT_FINAL_WRITE)
+    await hass.async_block_till_done()
+    assert hass_storage[key]["data"] == ({"players": {}} if saved else saved)
 
 
 async def test_a_volume_changed_meanwhile_is_left_as_set(

@@ -208,19 +208,23 @@ class XiaozhiReplySpeakerSelect(XiaozhiEntity, SelectEntity):
         choice = subentry.data.get(CONF_REPLY_PLAYER) if subentry is not None else None
         return choice if isinstance(choice, str) and choice.startswith(f"{MEDIA_PLAYER_DOMAIN}.") else None
 
+    def _label(self, labels: dict[str, str]) -> str:
+        """The chosen player's label in ``labels`` (its entity id once it is gone), or ``device``."""
+        if (chosen := self._chosen) is None:
+            return REPLY_ON_DEVICE
+        return next((label for label, player in labels.items() if player == chosen), chosen)
+
     @property
     def options(self) -> list[str]:
         """The device itself, then every media player but the xiaozhis' own speakers, by name."""
         labels = player_labels(self.hass)
-        current = self.current_option
+        current = self._label(labels)
         return [REPLY_ON_DEVICE, *labels, *([current] if current not in (REPLY_ON_DEVICE, *labels) else [])]
 
     @property
     def current_option(self) -> str:
         """The chosen player's name (its entity id once it is gone), or ``device``."""
-        if (chosen := self._chosen) is None:
-            return REPLY_ON_DEVICE
-        return next((label for label, player in player_labels(self.hass).items() if player == chosen), chosen)
+        return self._label(player_labels(self.hass))
 
     @property
     def extra_state_attributes(self) -> dict[str, Any]:

@@ -107,8 +107,11 @@ async def async_restore_volumes(hass: HomeAssistant) -> None:
     """
     saved = await _store(hass).async_load() or {}
     shared = hass.data.setdefault(_DUCKED, {})
-    players = saved.get("players")
-    for player, volumes in (players if isinstance(players, dict) else {}).items():
+    players = saved.get("players", {})
+    if not isinstance(players, dict):
+        _LOGGER.warning("The saved volumes are unreadable: %s", players)
+        players = {}
+    for player, volumes in players.items():
         before, quieter = (volumes.get(key) if isinstance(volumes, dict) else None for key in ("before", "quieter"))
         if player in shared or not isinstance(player, str) or not player.startswith(f"{MEDIA_PLAYER_DOMAIN}."):
             continue
