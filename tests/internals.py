@@ -76,3 +76,9 @@ def wake_audio_kept(device: XiaozhiDevice) -> int:
     """Bytes of audio the device's satellite keeps from outside a turn (its wake word's, maybe)."""
     satellite: Any = device.voice
     return sum(len(packet) for _link, _at, packet in satellite._listening._before_turn)
+
+
+def runner_of(device: XiaozhiDevice) -> Any:
+    """The device's satellite's runner (satellite/runner.py), for its background tasks."""
+    satellite: Any = device.voice
+    return satellite._runner

@@ -20,7 +20,7 @@ from custom_components.xiaozhi_local.const import DOMAIN
 from custom_components.xiaozhi_local.satellite import quiet
 
 from .conftest import device_subentry
-from .internals import hub_of
+from .internals import hub_of, runner_of
 
 DEVICES = 500
 
@@ -99,6 +99,24 @@ async def test_a_failing_background_task_is_logged_once_with_its_name(
     assert len(lines) == 1
     assert lines[0].exc_info is not None
     assert "something of ours broke" in str(lines[0].exc_info[1])
+
+
+async def test_a_failing_task_of_a_devices_exchange_is_logged_with_its_name(
+    hass: HomeAssistant, setup_integration: MockConfigEntry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The satellite's background tasks (a turn, a reply on a player, a late stop): nobody awaits
+    most, so a failure is said when it happens, not at a garbage collection much later."""
+    device = next(iter(hub_of(setup_integration).devices.values()))
+
+    async def broken() -> None:
+        raise RuntimeError("an exchange of ours broke")
+
+    task = runner_of(device).background(broken(), "broken on purpose")
+    await asyncio.wait({task})
+    await hass.async_block_till_done()
+    lines = [r for r in caplog.records if f"xiaozhi_local broken on purpose {device.mac}" in r.getMessage()]
+    assert len(lines) == 1
+    assert "an exchange of ours broke" in str(lines[0].exc_info[1])  # type: ignore[index]
 
 
 async def _tokens_left_subentries(hass: HomeAssistant, entry: MockConfigEntry) -> bool:

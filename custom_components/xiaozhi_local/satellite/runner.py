@@ -31,6 +31,7 @@ from ..protocol import voice
 from ..repairs import async_pipeline_incomplete, async_pipeline_served
 from ..sound import speaker
 from ..sound.media import tts_pcm, tts_seconds
+from ..tasks import watched
 from .quiet import QuietRoom
 from .reply_speaker import PlayerFailed, ReplySpeaker
 from .runs import (
@@ -78,8 +79,9 @@ class Runner:
         self.unanswered: set[asyncio.Future[None]] = set()  # each set when its question's answer cannot come
 
     def background(self, coro: Any, name: str) -> asyncio.Task[Any]:
-        """A task of the config entry's (cancelled when it unloads), named for this device."""
-        return self.entry().async_create_background_task(self.hass, coro, f"xiaozhi_local {name} {self.device.mac}")
+        """The entry's task (cancelled when it unloads) for this device; a failure is logged (``watched``)."""
+        named, entry = f"xiaozhi_local {name} {self.device.mac}", self.entry()
+        return watched(entry.async_create_background_task(self.hass, coro, named))
 
     @callback
     def begin(self, run: Run) -> Run | None:
