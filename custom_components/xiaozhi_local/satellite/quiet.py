@@ -34,6 +34,7 @@ from ..const import CONF_DUCK_ROOM, DOMAIN
 from ..device import XiaozhiDevice
 from ..hub import XiaozhiConfigEntry
 from ..store.storage import async_save_later
+from ..tasks import watched
 
 _LOGGER = logging.getLogger(__package__)
 
@@ -121,7 +122,7 @@ async def async_restore_volumes(hass: HomeAssistant) -> None:
             _LOGGER.warning("The saved volume of %s is unreadable: %s", player, volumes)
     for player, ducked in list(shared.items()):
         if not ducked.holders and ducked.returning is None:  # restored, or left waiting by an unload
-            hass.async_create_task(_async_give_back(hass, player, ducked), "xiaozhi_local volume back")
+            watched(hass.async_create_task(_async_give_back(hass, player, ducked), "xiaozhi_local volume back"))
     if saved:
         _async_changed(hass)  # what was unreadable goes
 
@@ -211,9 +212,8 @@ class QuietRoom:
             self._restore.cancel()
             self._restore = None
         for player in list(self._mine):
-            self.hass.async_create_task(
-                self.async_give_back(player), f"xiaozhi_local volume back {self.device.mac}", eager_start=True
-            )
+            back = self.async_give_back(player)
+            watched(self.hass.async_create_task(back, f"xiaozhi_local volume back {self.device.mac}", eager_start=True))
 
     async def async_give_back(self, player: str) -> None:
         """``player``'s volume back (if this device made it quieter and no other holds it down)."""
@@ -305,7 +305,7 @@ async def _async_give_back(hass: HomeAssistant, player: str, ducked: _Ducked) ->
             return
         stop_waiting()
         if not ducked.holders:
-            hass.async_create_task(_async_give_back(hass, player, ducked), "xiaozhi_local volume back")
+            watched(hass.async_create_task(_async_give_back(hass, player, ducked), "xiaozhi_local volume back"))
 
     @callback
     def stop_waiting() -> None:
