@@ -39,19 +39,24 @@ CLIENT_ID2 = "9c3e5b2a-0000-4000-8000-000000000002"
 
 
 @pytest.fixture(autouse=True)
-def auto_enable_custom_integrations(enable_custom_integrations: None) -> None:
-    """Load custom integrations in every test."""
-
-
-@pytest.fixture(autouse=True)
 def mqtt_on_loopback(socket_enabled: None) -> Iterator[None]:
-    """The hub's MQTT+UDP endpoint (on by default) binds free loopback ports in tests."""
+    """The hub's MQTT+UDP endpoint (on by default) binds free loopback ports in tests.
+
+    Set up before ``hass`` (``auto_enable_custom_integrations`` asks for it first), so that it
+    still holds while ``hass`` unloads the hub at its teardown: an endpoint started then binds no
+    real port.
+    """
     with (
         patch.object(XiaozhiHub, "mqtt_bind_host", "127.0.0.1"),
         patch("custom_components.xiaozhi_local.driver.DEFAULT_MQTT_PORT", 0),
         patch("custom_components.xiaozhi_local.driver.DEFAULT_UDP_PORT", 0),
     ):
         yield
+
+
+@pytest.fixture(autouse=True)
+def auto_enable_custom_integrations(mqtt_on_loopback: None, enable_custom_integrations: None) -> None:
+    """Load custom integrations in every test (``hass`` comes after ``mqtt_on_loopback``)."""
 
 
 @pytest.fixture(autouse=True)

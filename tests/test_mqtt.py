@@ -310,6 +310,53 @@ async def test_port_in_use_raises_a_repair(
     assert issue_registry.async_get_issue(DOMAIN, "mqtt_port_unavailable") is None
 
 
+async def test_a_burst_of_entry_updates_starts_the_endpoint_once(
+    hass: HomeAssistant,
+    issue_registry: ir.IssueRegistry,
+    hub: XiaozhiHub,
+    client: TestClient[Any, Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """New ports, then the entry updated again and again before the endpoint is up (a pairing, the
+    tokens leaving their subentries): each update calls the listener, and each used to start an
+    endpoint of its own on the same ports. All but one failed with "address in use" and raised a
+    repair for a port the hub itself held."""
+    port = free_port()
+    hass.config_entries.async_update_entry(
+        hub.entry, options={"websocket_url": ws_url(client), "mqtt_port": port, "udp_port": port}
+    )
+    for index in range(8):
+        sub = hub.entry.subentries[hub.devices[MAC].subentry_id]
+        hass.config_entries.async_update_subentry(hub.entry, sub, title=f"Kitchen {index}")
+    await hass.async_block_till_done()
+    assert "Cannot listen" not in caplog.text
+    assert issue_registry.async_get_issue(DOMAIN, "mqtt_port_unavailable") is None
+    assert hub.mqtt is not None
+    assert listening(hub)
+    assert (hub.mqtt.port, hub.mqtt.udp_port) == (port, port)
+
+
+async def test_an_endpoint_started_while_the_hub_unloads_is_closed(
+    hass: HomeAssistant, hub: XiaozhiHub, client: TestClient[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The listener's start was under way when the hub unloaded: the endpoint it opened used to be
+    kept by a hub nobody stops any more, its ports bound until Home Assistant restarted."""
+    port = free_port()
+    hass.config_entries.async_update_entry(
+        hub.entry, options={"websocket_url": ws_url(client), "mqtt_port": port, "udp_port": port}
+    )
+    assert await hass.config_entries.async_unload(hub.entry.entry_id)
+    await hass.async_block_till_done()
+    assert hub.mqtt is None
+    with pytest.raises(ConnectionRefusedError):
+        await asyncio.open_connection("127.0.0.1", port)
+    freed = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", port)  # both ports are free again
+    freed.close()
+    udp, _ = await asyncio.get_running_loop().create_datagram_endpoint(asyncio.DatagramProtocol, ("127.0.0.1", port))
+    udp.close()
+    assert "Cannot listen" not in caplog.text
+
+
 # -- hostile input ------------------------------------------------------------------------------
 
 

@@ -50,6 +50,7 @@ class HubDriver:
         self._saving: asyncio.Task[None] | None = None  # the journal's save (async_request_save)
         self._save_again = False
         self._sweeps = 0
+        self._mqtt_lock = asyncio.Lock()  # one start or stop of the MQTT endpoint at a time
 
     @callback
     def async_sync_devices(self) -> None:
@@ -119,7 +120,21 @@ class HubDriver:
             await self.hub.storage.async_save_identities(lambda: self.hub.stopping)
 
     async def async_start_mqtt(self) -> None:
-        """Listen for devices on MQTT+UDP as the options say (again after they changed): the endpoint's life."""
+        """Listen for devices on MQTT+UDP as the options say (again after they changed): the endpoint's life.
+
+        One at a time: the entry's updates come in bursts (a pairing, the tokens leaving their
+        subentries), each calls this, and two starts at once bound the same ports twice (the second
+        failed with "address in use" and raised a repair). A start that ends once the hub has shut
+        down closes what it opened.
+        """
+        async with self._mqtt_lock:
+            await self._async_start_mqtt()
+
+    def _shut_down(self) -> bool:
+        """Whether the hub has shut down: read again after an await, as it may have meanwhile."""
+        return self.hub.stopping
+
+    async def _async_start_mqtt(self) -> None:
         options = self.entry.options
         port = int(options.get(CONF_MQTT_PORT, DEFAULT_MQTT_PORT))
         udp_port = int(options.get(CONF_UDP_PORT, DEFAULT_UDP_PORT))
@@ -139,6 +154,9 @@ class HubDriver:
             return
         endpoint = MqttEndpoint(self.hass, self.hub, port, udp_port, self.hub.mqtt_bind_host)
         error = await endpoint.async_start()
+        if self._shut_down():  # meanwhile: nothing of this hub may listen any more
+            await endpoint.async_stop()
+            return
         async_mqtt_port(self.hass, error, port, udp_port)
         if error is not None:
             _LOGGER.warning(
@@ -201,9 +219,10 @@ class HubDriver:
         self.hub.nearest.shutdown()
         for device in list(self.hub.devices.values()):
             self.hub.wake_words.async_cancel(device)
-        if self.hub.mqtt is not None:
-            endpoint, self.hub.mqtt = self.hub.mqtt, None
-            await endpoint.async_stop()
+        async with self._mqtt_lock:  # a start under way ends first (and closes what it opened)
+            if self.hub.mqtt is not None:
+                endpoint, self.hub.mqtt = self.hub.mqtt, None
+                await endpoint.async_stop()
         await asyncio.gather(*(conn.async_close(reason, code) for conn in list(self.hub.links)))
         if self.hub.started:  # a setup that failed before its devices ran leaves the store as it was
             await self.hub.storage.async_save_now()
