@@ -9,10 +9,12 @@ subentry before it ever yielded, one stack level per device (RecursionError past
 import asyncio
 import contextlib
 import inspect
+import logging
 from typing import Any
 
-from homeassistant.const import CONF_TOKEN
-from homeassistant.core import CoreState, HomeAssistant
+from homeassistant.const import CONF_TOKEN, EVENT_HOMEASSISTANT_CLOSE, EVENT_HOMEASSISTANT_FINAL_WRITE
+from homeassistant.core import CoreState, Event, HomeAssistant, callback
+from homeassistant.util.async_ import get_scheduled_timer_handles
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
@@ -203,21 +205,40 @@ async def test_a_stop_in_the_middle_of_the_saves_loses_no_token(
     assert await _tokens_left_subentries(hass, config_entry)
 
 
+@pytest.mark.parametrize("stage", [EVENT_HOMEASSISTANT_FINAL_WRITE, EVENT_HOMEASSISTANT_CLOSE])
 async def test_a_save_asked_for_once_the_final_write_began_is_written_now(
-    hass: HomeAssistant, setup_integration: MockConfigEntry, hass_storage: dict[str, Any]
+    hass: HomeAssistant,
+    setup_integration: MockConfigEntry,
+    hass_storage: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
+    stage: str,
 ) -> None:
     """A device that leaves late in Home Assistant's stop, a volume given back then: a delayed save
-    would wait for a timer that never runs (the stores were written already), and be lost."""
+    would wait for a timer that never runs (the stores were written already), and be lost. In the
+    close stage the state is ``not_running`` again, as at a start. Once stopped, nothing is asked."""
     hub_key = f"{DOMAIN}.{setup_integration.entry_id}"
-    hass.data.setdefault(quiet._DUCKED, {})["media_player.tv"] = quiet._Ducked(0.6, 0.15)
+    hub = hub_of(setup_integration)
+    assert await hass.config_entries.async_unload(setup_integration.entry_id)
     hass_storage.pop(hub_key, None)
-    hass.set_state(CoreState.final_write)
-    try:
-        hub_of(setup_integration).storage.async_schedule_save()
+    states: list[CoreState] = []
+
+    @callback
+    def leaves_late(_event: Event) -> None:
+        states.append(hass.state)
+        hass.data.setdefault(quiet._DUCKED, {})["media_player.tv"] = quiet._Ducked(0.6, 0.15)
+        hub.storage.async_schedule_save()
         quiet._async_changed(hass)
-        await hass.async_block_till_done()
-    finally:
-        hass.set_state(CoreState.running)
-    assert set(hass_storage[hub_key]["data"]) == set(hub_of(setup_integration).devices)
+
+    hass.bus.async_listen_once(stage, leaves_late)
+    await hass.async_stop(force=True)
+    assert states == [CoreState.final_write if stage == EVENT_HOMEASSISTANT_FINAL_WRITE else CoreState.not_running]
+    assert set(hass_storage[hub_key]["data"]) == set(hub.devices)
     ducked = {"media_player.tv": {"before": 0.6, "quieter": 0.15}}
     assert hass_storage[f"{DOMAIN}.ducked"]["data"] == {"players": ducked}
+    hass_storage.pop(hub_key)
+    caplog.set_level(logging.DEBUG, "custom_components.xiaozhi_local.store.storage")
+    hub.storage.async_schedule_save()  # stopped: nothing more is written, nothing waits to be
+    assert hub_key not in hass_storage
+    assert f"Not saved ({hub_key}): Home Assistant has stopped" in caplog.text
+    timers = [h for h in get_scheduled_timer_handles(hass.loop) if not h.cancelled()]
+    assert [h for h in timers if "Store" in repr(h)] == []

@@ -21,7 +21,7 @@ from .repairs import async_check_ffmpeg, async_check_url
 from .satellite.quiet import async_forget_volumes, async_restore_volumes
 from .services import async_setup_services
 from .sound.announcements import DATA_ANNOUNCEMENTS, XiaozhiNotifyView
-from .store.storage import hub_store
+from .store.storage import async_track_final_write, hub_store
 from .tools.vision import XiaozhiVisionView
 from .transport.endpoint import XiaozhiWebSocketView, register_open_view
 from .wake_words.change import DATA_WAKE_WORDS
@@ -55,6 +55,7 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
         register_open_view(hass, view)  # browser test pages make these requests too (CORS)
     llm_helper.async_register_api(hass, XiaozhiDevicesAPI(hass=hass, id=DOMAIN, name=API_NAME))
     async_setup_services(hass)
+    async_track_final_write(hass)
     return True
 
 

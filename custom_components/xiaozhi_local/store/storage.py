@@ -14,10 +14,11 @@ from types import MappingProxyType
 from typing import Any
 
 from homeassistant.config_entries import ConfigEntry, ConfigSubentry
-from homeassistant.const import CONF_MAC, CONF_TOKEN
-from homeassistant.core import CoreState, HomeAssistant, callback
+from homeassistant.const import CONF_MAC, CONF_TOKEN, EVENT_HOMEASSISTANT_FINAL_WRITE
+from homeassistant.core import CoreState, Event, HomeAssistant, callback
 from homeassistant.helpers.json import json_bytes
 from homeassistant.helpers.storage import Store
+from homeassistant.util.hass_dict import HassKey
 
 from ..admission.identities import IdentityJournal, token_hash
 from ..admission.pairing import new_token
@@ -31,6 +32,28 @@ _LOGGER = logging.getLogger(__name__)
 STORAGE_VERSION = 1
 
 
+_FINAL_WRITE_BEGAN: HassKey[bool] = HassKey(f"{DOMAIN}_final_write_began")
+
+
+@callback
+def async_track_final_write(hass: HomeAssistant) -> None:
+    """Note when Home Assistant's final write begins (called once, at the integration's setup).
+
+    After it, the state is ``final_write``, then ``not_running`` again (the close stage, where a
+    device's connection that is cancelled late still cleans up), then ``stopped``. ``not_running``
+    is also the state of a start, so the state alone cannot tell that the final write is over.
+    """
+    if _FINAL_WRITE_BEGAN in hass.data:
+        return
+    hass.data[_FINAL_WRITE_BEGAN] = False
+
+    @callback
+    def _began(_event: Event) -> None:
+        hass.data[_FINAL_WRITE_BEGAN] = True
+
+    hass.bus.async_listen_once(EVENT_HOMEASSISTANT_FINAL_WRITE, _began)
+
+
 @callback
 def async_save_later[T: Mapping[str, Any]](
     hass: HomeAssistant, store: Store[T], data: Callable[[], T], delay: float
@@ -41,10 +64,10 @@ def async_save_later[T: Mapping[str, Any]](
     that never runs: Home Assistant has written its stores already, and that change would be lost.
     Once it has stopped, nothing is written any more (and no timer is left behind).
     """
-    if hass.state is CoreState.final_write:
-        hass.async_create_task(store.async_save(data()), f"{DOMAIN} save {store.key}")
-    elif hass.state is CoreState.stopped:
+    if hass.state is CoreState.stopped:
         _LOGGER.debug("Not saved (%s): Home Assistant has stopped", store.key)
+    elif hass.state is CoreState.final_write or hass.data.get(_FINAL_WRITE_BEGAN, False):
+        hass.async_create_task(store.async_save(data()), f"{DOMAIN} save {store.key}")
     else:
         store.async_delay_save(data, delay)
 
