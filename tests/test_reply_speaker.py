@@ -460,6 +460,7 @@ async def test_a_player_deleted_while_it_is_owed_its_volume_is_forgotten(
             "saved volume of media_player.living_room_tv is unreadable",
         ),
         ({"players": ["media_player.living_room_tv"]}, "saved volumes are unreadable"),
+        (["media_player.living_room_tv"], "saved volumes are unreadable"),
         (
             {"players": {"media_player.living_room_tv": {"before": "0.63", "quieter": None}}},
             "saved volume of media_player.living_room_tv is unreadable",
@@ -473,7 +474,7 @@ async def test_an_unreadable_saved_volume_is_skipped_with_a_warning(
     hass_storage: dict[str, Any],
     setup_integration: MockConfigEntry,
     caplog: pytest.LogCaptureFixture,
-    saved: dict[str, Any],
+    saved: Any,
     warning: str | None,
 ) -> None:
     """Nothing is set from it, the warning names what is wrong, and the store is written clean."""

@@ -108,7 +108,7 @@ async def async_restore_volumes(hass: HomeAssistant) -> None:
     """
     saved = await _store(hass).async_load() or {}
     shared = hass.data.setdefault(_DUCKED, {})
-    players = saved.get("players", {})
+    players = saved.get("players", {}) if isinstance(saved, dict) else saved
     if not isinstance(players, dict):
         _LOGGER.warning("The saved volumes are unreadable: %s", players)
         players = {}
