@@ -123,6 +123,20 @@ class DeviceLink:
         self.session.close(reason)
         await self.channel.async_close(reason, code)
 
+    async def async_reads(self, timeout: float) -> bool:
+        """Whether the device still reads what is sent to it: it answers a ``ping`` in time.
+
+        What was sent before the ping is then read too (one ordered connection). A device that
+        answers none has lost its power or network without closing its connection (its sockets
+        look open for up to 1.5 keepalives): its link is closed now, so it shows unavailable.
+        """
+        if await self.session.mcp.ping(timeout):
+            return True
+        if not self.gone:
+            _LOGGER.info("Device %s did not answer within %.0f s; closing its link", self.device.mac, timeout)
+            await self.async_close("answers nothing")
+        return False
+
     @callback
     def async_check_alive(self, missed_allowed: int) -> None:
         """One liveness sweep of the hub."""
@@ -176,12 +190,19 @@ class DeviceLink:
 
     @callback
     def conversation_opened(self) -> None:
-        """The transport opened a conversation on a connection that outlives them (an MQTT hello)."""
+        """The transport opened a conversation on a connection that outlives them (an MQTT hello).
+
+        What a ``listen start`` set belongs to its conversation: the next one starts with none, so
+        the wake audio that opens it is wake audio, not a turn (the firmware's MQTT session outlives
+        its conversations; its WebSocket connection is one).
+        """
+        self._listen_mode = None
         self.device.async_open_conversation(self)
 
     @callback
     def conversation_closed(self, *, by_device: bool = False) -> None:
         """The transport closed its conversation (its audio channel); ``by_device``: its ``goodbye``."""
+        self._listen_mode = None
         self.device.async_end_conversation(self)
         self.device.async_activity_changed()
         if by_device and (voice := self.device.voice) is not None:
