@@ -33,6 +33,7 @@ from ..protocol import mqtt as codec
 from ..protocol.logs import OnceLogger
 from ..protocol.messages import normalize_mac
 from .mqtt_channel import READ_SIZE, WRITE_TIMEOUT, MqttChannel, UdpRoutes
+from .udp_socket import UdpSocket
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -74,17 +75,6 @@ def source_of(address: str) -> str:
     return address
 
 
-class _UdpProtocol(asyncio.DatagramProtocol):
-    def __init__(self, endpoint: MqttEndpoint) -> None:
-        self.endpoint = endpoint
-
-    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
-        self.endpoint.on_datagram(data, (str(addr[0]), int(addr[1])))
-
-    def error_received(self, exc: Exception) -> None:
-        _LOGGER.debug("UDP audio socket: %s", exc)
-
-
 class MqttEndpoint:
     """The MQTT listener and the UDP audio socket; devices are let in through the hub's ``gate``."""
 
@@ -92,13 +82,13 @@ class MqttEndpoint:
         self.hass = hass
         self.gate = gate
         self.port = port
-        self.routes = UdpRoutes(self.send_datagram, gate.device_host)
+        self._udp = UdpSocket(hass, self.on_datagram)
+        self.routes = UdpRoutes(self.send_datagram, gate.device_host, self._udp.drain)
         self.routes.port = udp_port
         self.host = host
         self.wanted = (port, udp_port)  # as configured (0: any free port, in tests)
         self.links: set[DeviceLink] = set()
         self._server: asyncio.Server | None = None
-        self._udp: asyncio.DatagramTransport | None = None
         # Connected, no valid CONNECT yet: by source, and all of them, oldest first (dicts keep order).
         self._pending: dict[str, dict[asyncio.StreamWriter, None]] = {}
         self._pending_since: dict[asyncio.StreamWriter, tuple[float, str]] = {}
@@ -121,24 +111,19 @@ class MqttEndpoint:
     @property
     def listening(self) -> bool:
         """Both sockets are bound: only then does OTA hand out ``mqtt``."""
-        return self._server is not None and self._udp is not None
+        return self._server is not None and self._udp.open
 
     async def async_start(self) -> OSError | None:
         """Bind both ports; the error when either cannot be bound (nothing stays bound then)."""
-        loop = asyncio.get_running_loop()
         try:
             self._server = await asyncio.start_server(self._async_accept, self.host, self.port, reuse_address=True)
-            transport, _ = await loop.create_datagram_endpoint(
-                lambda: _UdpProtocol(self), local_addr=(self.host or "0.0.0.0", self.udp_port)
-            )
+            udp_port = self._udp.bind(self.host, self.udp_port)
         except OSError as err:
             await self.async_stop()
             return err
-        self._udp = transport
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
-        if self.routes.port == 0:
-            self.routes.port = transport.get_extra_info("sockname")[1]
+        self.routes.port = udp_port
         _LOGGER.info("Listening for devices on MQTT port %s (TCP) and audio port %s (UDP)", self.port, self.udp_port)
         return None
 
@@ -147,9 +132,7 @@ class MqttEndpoint:
         if self._server is not None:
             self._server.close()
             self._server = None
-        if self._udp is not None:
-            self._udp.close()
-            self._udp = None
+        self._udp.close()
         for writer in list(self._pending_since):
             writer.transport.abort()
         await asyncio.gather(*(link.async_close("endpoint stopped") for link in list(self.links)))
@@ -169,10 +152,7 @@ class MqttEndpoint:
 
     def send_datagram(self, data: bytes, addr: tuple[str, int]) -> bool:
         """One datagram out (never blocks; False when the socket is gone)."""
-        if self._udp is None or self._udp.is_closing():
-            return False
-        self._udp.sendto(data, addr)
-        return True
+        return self._udp.sendto(data, addr)
 
     def on_datagram(self, data: bytes, addr: tuple[str, int]) -> None:
         """Route by the session tag; anything else is dropped (and counted)."""

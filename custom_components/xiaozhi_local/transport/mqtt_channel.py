@@ -49,7 +49,12 @@ class UdpRoutes:
     and whether the "UDP blocked" repair is up.
     """
 
-    def __init__(self, send: Callable[[bytes, tuple[str, int]], bool], device_host: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        send: Callable[[bytes, tuple[str, int]], bool],
+        device_host: Callable[[], str],
+        drain: Callable[[], None],
+    ) -> None:
         self.channels: dict[bytes, MqttChannel] = {}
         """Open conversations by their session tag."""
         self.port = 0
@@ -57,6 +62,8 @@ class UdpRoutes:
         """The repair is up: no device's audio has reached the port yet."""
         self._send = send
         self._device_host = device_host
+        self.drain = drain
+        """Take the datagrams waiting on the socket now (its wake audio, before ``listen detect``)."""
 
     def open(self, channel: MqttChannel, frame_ms: int) -> AudioChannel:
         """A new conversation of ``channel``: keys and a session tag no other open one has."""
@@ -311,7 +318,15 @@ class MqttChannel(Channel):
         return self.routes.send(datagram, peer)
 
     def on_control(self, message: ControlMessage) -> bool:
-        """``goodbye`` ends the conversation (the link stays); the rest goes to the satellite."""
+        """``goodbye`` ends the conversation (the link stays); the rest goes to the satellite.
+
+        Before a ``listen detect``, the datagrams waiting are taken: the wake word's audio, sent
+        just before it, is then in (asyncio reads one datagram a turn; a burst of 33 was mostly
+        still in the socket's buffer). Not before other messages: what follows a ``listen start``
+        belongs to the new turn.
+        """
+        if message.type == "listen" and message.data.get("state") == "detect" and self.audio is not None:
+            self.routes.drain()
         if message.type == "listen" and message.data.get("state") == "start":
             if self.audio is not None:
                 self.audio.new_turn()
