@@ -134,6 +134,19 @@ class McpClient:
         finally:
             self._pending.pop(request_id, None)
 
+    async def ping(self, timeout: float) -> bool:
+        """Whether the device reads and answers now; False when no answer comes within ``timeout``.
+
+        Any answer counts: the stock firmware answers ``ping`` with "Method not implemented".
+        """
+        try:
+            await self.request("ping", None, timeout)
+        except McpRemoteError:
+            return True
+        except McpError:
+            return False
+        return True
+
     async def notify(self, method: str, params: dict[str, Any]) -> None:
         """A JSON-RPC notification (no answer expected). Raises McpConnectionError when closed."""
         await self._send_or_raise({"jsonrpc": "2.0", "method": method, "params": params})

@@ -50,6 +50,9 @@ FIRST_FRAME_GAP: Final = 0.08
 """Pause between ``tts start`` and the first packet: the device resets its queue on entering speaking."""
 NOTIFY_FETCH_TIMEOUT: Final = 10.0
 """Seconds a 2.5 device has to fetch a ``notify`` announcement before it is shown as an alert."""
+DELIVERY_TIMEOUT: Final = 5.0
+"""Seconds an idle device has to answer after an alert before the announcement counts as not
+delivered (and its link as dead): a device on Wi-Fi answers in well under one."""
 MEDIA_OPEN_TIMEOUT: Final = 15.0
 """Seconds a media URL has to give its first audio (a radio stream connects, a file is read)."""
 
@@ -289,10 +292,13 @@ async def async_speak_idle(
         raise translated_error("media_not_fetched", device=link.device.name)
     status = "通知" if announcements.hass.config.language.lower().startswith("zh") else "Announcement"
     sent = await link.async_send_json(voice.alert(text, status=status, emotion=voice.EMOTION_ANSWER))
+    # Written is not delivered: a device without power keeps its connection open for a while.
+    # It has read the alert once it answers what was sent after it.
+    if not sent or not await link.async_reads(DELIVERY_TIMEOUT):
+        raise translated_error("announcement_not_delivered", device=link.device.name)
     _LOGGER.info(
-        "Device %s is idle: the announcement %s as an alert (its text and a sound, not spoken: %s)",
+        "Device %s is idle: the announcement was shown as an alert (its text and a sound, not spoken: %s)",
         link.device.mac,
-        "was sent" if sent else "could not be sent",
         "its firmware plays speech while idle from 2.5 on"
         if not link.device.plays_notify
         else "it did not fetch the speech",
