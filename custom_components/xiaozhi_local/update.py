@@ -21,6 +21,7 @@ from .entity import XiaozhiEntity, async_setup_device_entities
 from .errors import async_error_text, async_load_translations, async_translate
 from .firmware.files import Offer, Source
 from .firmware.installer import FirmwareUpdates
+from .firmware.jobs import Phase
 from .hub import XiaozhiConfigEntry
 
 PARALLEL_UPDATES = 0  # installs are per device and long: one must not wait for another
@@ -102,6 +103,17 @@ class XiaozhiFirmwareUpdate(XiaozhiEntity, UpdateEntity):
         """The release's page, for a published release."""
         offer = self._offer
         return offer.release_url if offer is not None else None
+
+    @property
+    def available(self) -> bool:
+        """Unavailable while the device restarts into the firmware it downloaded.
+
+        Home Assistant's voice assistant setup wizard installs a pending update and moves on when
+        it sees the entity come back (unavailable, then available), as ESPHome's entities do across
+        the device's reboot; an entity that stayed available would keep it waiting for good.
+        """
+        job = self.updates.jobs.get(self.device.mac)
+        return super().available and (job is None or job.phase is not Phase.REBOOTING)
 
     @property
     def in_progress(self) -> bool:
