@@ -936,3 +936,29 @@ async def test_conversations_do_not_rewrite_the_devices_entities(
     assert written[speaker] >= 6  # the speaker follows each opening and closing: the count sees writes
     rewritten = {entity: n for entity, n in written.items() if not entity.startswith(("media_player.", "assist_"))}
     assert rewritten == {}
+
+
+async def test_a_device_whose_power_is_cut_is_shown_off_within_its_keepalive(
+    hass: HomeAssistant,
+    ready: Voice,
+    hub: XiaozhiHub,
+    make_mqtt: MqttFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its socket stays open and silent (no FIN): the keepalive handed out ends it; an announcement
+    meanwhile is not reported as delivered (it is written, but nothing answers after it)."""
+    from homeassistant.exceptions import HomeAssistantError
+
+    from custom_components.xiaozhi_local.transport import mqtt
+
+    monkeypatch.setattr(mqtt, "KEEPALIVE", 2)  # the device pings every 2 s; dead after 3 s without
+    device = await make_mqtt()
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    assert device.mqtt.settings["keepalive"] == 2
+    device.lose_power()
+    with pytest.raises(HomeAssistantError) as raised:
+        await announce(hass, "The laundry is done")
+    assert raised.value.translation_key == "announcement_not_delivered"
+    await wait_for(xdev, lambda d: d.off, timeout=10)
+    assert not any(m.get("type") == "alert" for m in device.log)  # it read nothing after the cut

@@ -6,6 +6,7 @@ then ``listen detect``, then ``listen start``. Their recordings differ in speech
 
 import asyncio
 from collections.abc import AsyncIterator
+import functools
 import re
 from typing import Any
 
@@ -162,6 +163,45 @@ async def test_the_nearer_device_answers_over_mqtt(
     finally:
         for sim in (far, near):
             await sim.drop()
+
+
+async def test_the_nearer_device_answers_in_later_conversations_over_mqtt(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, client: TestClient[Any, Any]
+) -> None:
+    """The firmware's MQTT session outlives its conversations: after each device's first one
+    (auto mode, ended by its button), the next wakes are judged on their wake audio all the same,
+    in both orders; what the first conversation's ``listen start`` set is gone with it."""
+    far = await mqtt_device(hub, client, MAC, CLIENT_ID, **FAR)
+    near = await mqtt_device(hub, client, MAC2, CLIENT_ID2, **NEAR)
+    try:
+        for sim in (far, near):
+            await sim.connect()
+            await sim.say(speech_pcm(), silence_after=1.0)
+            await until(functools.partial(answered, sim), timeout=30)
+            await sim.mqtt.goodbye()  # the button: its conversation ends, its MQTT session stays
+        for first, second in ((far, near), (near, far)):
+            decisions = EventWaiter(hass, EVENT_NEAREST)
+            marks = {sim: len(sim.log) for sim in (far, near)}
+            await asyncio.gather(far.connect(), near.connect())
+            tasks = await wake_together(first, second)
+            await until(functools.partial(answered_since, near, marks[near]), timeout=30)
+            await far.wait_message(lambda m: m.get("type") == "goodbye", 10)
+            await asyncio.gather(*tasks)
+            assert not answered_since(far, marks[far])
+            (event,) = await decisions.wait()
+            decisions.unsub()
+            assert event.data["winner"] == hub.devices[MAC2].device_id
+            assert all(score is not None for score in event.data["scores"].values())
+            if near.mqtt.audio_channel_open:
+                await near.mqtt.goodbye()
+    finally:
+        for sim in (far, near):
+            await sim.drop()
+
+
+def answered_since(sim: SimulatedDevice, mark: int) -> bool:
+    """Whether ``sim`` got a whole answer after its ``mark``-th message."""
+    return any(m.get("type") == "tts" and m.get("state") == "stop" for m in sim.log[mark:])
 
 
 async def test_alone_it_does_not_wait(

@@ -326,6 +326,17 @@ class MqttLink:
         self._mqtt_task = self._keepalive_task = None
         self._lost()
 
+    def lose_power(self) -> None:
+        """The power goes: nothing more is read or sent (no ping), and the sockets stay open.
+
+        As on the firmware (fwhost stopped with SIGSTOP): no FIN, no RST; the server learns of it
+        only from the keepalive it handed out. ``close`` then ends the sockets.
+        """
+        for task in (self._mqtt_task, self._keepalive_task):
+            if task is not None:
+                task.cancel()
+        self.udp.close()
+
     async def wait_offline(self) -> None:
         """Until the endpoint (or the network) ends the MQTT session."""
         await self.offline.wait()
