@@ -48,13 +48,18 @@ def every_percent(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(updates, "PROGRESS_EVERY", 0.0)
 
 
-@pytest.fixture
-def firmware_dir(hass: HomeAssistant, tmp_path: Path) -> Path:
+def firmware_folder(hass: HomeAssistant, tmp_path: Path) -> Path:
     """Home Assistant's configuration directory in tmp, with the local firmware folder."""
     hass.config.config_dir = str(tmp_path)
     folder = tmp_path / "xiaozhi_firmware"
     folder.mkdir()
     return folder
+
+
+@pytest.fixture
+def firmware_dir(hass: HomeAssistant, tmp_path: Path) -> Path:
+    """Home Assistant's configuration directory in tmp, with the local firmware folder."""
+    return firmware_folder(hass, tmp_path)
 
 
 @pytest.fixture

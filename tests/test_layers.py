@@ -17,6 +17,7 @@ LINK_INTERFACE = {
     "async_call_tool",
     "async_end_conversation",
     "async_close",
+    "async_reads",
     "touch",
     "arm_idle",
     # reads

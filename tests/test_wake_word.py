@@ -65,14 +65,20 @@ def model_folder(folder: Path, name: str, info: str, size: int = 25600) -> None:
     (folder / name / "wn9_index").write_bytes(b"\x07" * 64)
 
 
-@pytest.fixture
-def wake_dir(hass: HomeAssistant, tmp_path: Path) -> Path:
-    """The configuration directory's wake word folder: the board's default pack and "Hi ESP"."""
+def wake_folder(hass: HomeAssistant, tmp_path: Path) -> Path:
+    """The configuration directory (in tmp) with its wake word folder: the board's pack and "Hi ESP"."""
     hass.config.config_dir = str(tmp_path)
     folder = tmp_path / FOLDER
     folder.mkdir()
     (folder / f"{BOARD}.bin").write_bytes(default_pack())
     model_folder(folder, "wn9_hiesp", "wakeNet9_v1h24_Hi,ESP_3_0.63_0.635")
+    return folder
+
+
+@pytest.fixture
+def wake_dir(hass: HomeAssistant, tmp_path: Path) -> Path:
+    """The configuration directory's wake word folder: the board's default pack, "Hi ESP", "Hey Willow"."""
+    folder = wake_folder(hass, tmp_path)
     model_folder(folder, "wn9_heywillow_tts", "wakeNet9_v1h24_Hey,Willow_3_0.6_0.6")
     return folder
 

@@ -362,10 +362,6 @@ class SimulatedDevice:
 
     # -- ending -------------------------------------------------------------------------------
 
-    def lose_power(self) -> None:
-        """The power goes without a word: its MQTT socket stays open and silent (``drop`` ends it)."""
-        self.mqtt.lose_power()
-
     async def drop(self) -> None:
         """Power off, or the end of a session the firmware's way: every connection cut, no word."""
         await boot.stop_power_cycle(self)

@@ -18,6 +18,7 @@ from custom_components.xiaozhi_local.const import CONF_WEBSOCKET_URL
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 
 from ..helpers import wait_entity
+from ..test_firmware_update import firmware_folder
 from ..voice import Voice
 from .conftest import FwFactory, device_of
 from .fwhost import FWHOST_DIR, FwHost, mkimage
@@ -30,10 +31,7 @@ VERSION = "9.9.9"
 @pytest.fixture
 def firmware_dir(hass: HomeAssistant, tmp_path: Path) -> Path:
     """Home Assistant's configuration folder in tmp, with the local firmware folder."""
-    hass.config.config_dir = str(tmp_path)
-    folder = tmp_path / "xiaozhi_firmware"
-    folder.mkdir()
-    return folder
+    return firmware_folder(hass, tmp_path)
 
 
 class States:

@@ -13,11 +13,9 @@ from homeassistant.setup import async_setup_component
 import pytest
 
 from custom_components.xiaozhi_local.hub import XiaozhiHub
-from custom_components.xiaozhi_local.wake_words.files import FOLDER
-from xiaozhi_sim.assets import default_pack
 
 from ..helpers import wait_entity
-from ..test_wake_word import model_folder
+from ..test_wake_word import wake_folder
 from ..voice import Voice
 from .conftest import FwFactory
 from .test_device import entity_of, in_conversation
@@ -28,12 +26,7 @@ BOARD = "bread-compact-wifi"
 @pytest.fixture
 def wake_dir(hass: HomeAssistant, tmp_path: Path) -> Path:
     """The configuration folder's wake word folder: the board's pack and the "Hi ESP" model."""
-    hass.config.config_dir = str(tmp_path)
-    folder = tmp_path / FOLDER
-    folder.mkdir()
-    (folder / f"{BOARD}.bin").write_bytes(default_pack())
-    model_folder(folder, "wn9_hiesp", "wakeNet9_v1h24_Hi,ESP_3_0.63_0.635")
-    return folder
+    return wake_folder(hass, tmp_path)
 
 
 @pytest.fixture(autouse=True)
