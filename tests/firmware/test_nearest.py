@@ -5,6 +5,7 @@ hear the word 30 ms apart, the near one at -20 dBFS and the far one at -32 dBFS 
 -50 dBFS room: the firmware's 2 s of wake audio, ``listen detect``, ``listen start``.
 """
 
+import asyncio
 import time
 import wave
 
@@ -79,3 +80,47 @@ async def test_the_nearer_device_answers_in_later_conversations(
         assert replies(far.received(marks[FAR_MAC])) == 0
         assert not [m for m in far.received(marks[FAR_MAC]) if m.get("type") == "alert"]
         await near.wait_state("idle", SILENCE_TIMEOUT * 4 + 30, since=marks[NEAR_MAC])
+
+
+@pytest.mark.parametrize("transport", ["mqtt"], indirect=True)
+async def test_the_nearer_device_answers_on_a_slowed_loop(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, paired: FwFactory, wake_wav: str
+) -> None:
+    """Home Assistant's loop busy (15 ms blocked of every 20: a neighbour hogging it): the far device
+    reports first, in its second conversation; the choice still waits for both bursts of wake audio."""
+    near, far = await paired(NEAR_MAC), await paired(FAR_MAC)
+    for fw in (near, far):
+        await converse(fw)
+    busy = LoopHog(hass, block=0.015, every=0.02)
+    try:
+        decisions = EventWaiter(hass, EVENT_NEAREST)
+        marks = dict(
+            zip((far.mac, near.mac), await wake_both(far, near, {NEAR_MAC: -20, FAR_MAC: -32}, wake_wav), strict=True)
+        )
+        await near.wait(answered_since(marks[NEAR_MAC]), 90, "the answer on a slowed loop")
+        (event,) = await decisions.wait(timeout=30)
+        decisions.unsub()
+        assert event.data["winner"] == device_of(hub, near).device_id, event.data
+        assert replies(far.received(marks[FAR_MAC])) == 0
+    finally:
+        busy.stop()
+
+
+class LoopHog:
+    """Blocks the event loop for ``block`` seconds every ``every`` seconds, until stopped."""
+
+    def __init__(self, hass: HomeAssistant, block: float, every: float) -> None:
+        self._loop = hass.loop
+        self._block, self._every = block, every
+        self._handle: asyncio.TimerHandle | None = self._loop.call_later(every, self._hog)
+
+    def _hog(self) -> None:
+        end = time.monotonic() + self._block
+        while time.monotonic() < end:  # busy: what a neighbour's CPU-bound callback does to the loop
+            pass
+        self._handle = self._loop.call_later(self._every, self._hog)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
