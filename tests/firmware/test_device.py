@@ -1,5 +1,6 @@
 """Tools, settings, announcements, a power cut and a reboot, on the stock firmware's own code."""
 
+import asyncio
 import signal
 import time
 from typing import Any
@@ -17,22 +18,31 @@ from custom_components.xiaozhi_local.transport.mqtt import KEEPALIVE
 from ..conftest import wait_for
 from ..voice import Voice
 from .conftest import FwFactory, device_of
-from .fwhost import FwHost
+from .fwhost import POLL, FwHost
 from .test_conversations import SPEECH, replies
 
 POWER_CUT_SHOWN: float = 45.0
 """Seconds within which a device whose power is cut must be shown unavailable."""
 
 
-def entity_of(hass: HomeAssistant, hub: XiaozhiHub, fw: FwHost, domain: str, key: str = "") -> str:
-    """The entity id of the device's ``domain`` entity (whose unique id ends with ``key``)."""
+async def entity_of(
+    hass: HomeAssistant, hub: XiaozhiHub, fw: FwHost, domain: str, key: str = "", timeout: float = 30
+) -> str:
+    """The entity id of the device's ``domain`` entity (whose unique id ends with ``key``), once it
+    is registered (entities follow the device's tools and facts a moment after it connects)."""
     registry = er.async_get(hass)
     device_id = device_of(hub, fw).device_id
-    entries = [
-        e for e in er.async_entries_for_device(registry, device_id) if e.domain == domain and e.unique_id.endswith(key)
-    ]
-    assert entries, (domain, key)
-    return entries[0].entity_id
+    deadline = time.monotonic() + timeout
+    while True:
+        entries = [
+            e
+            for e in er.async_entries_for_device(registry, device_id)
+            if e.domain == domain and e.unique_id.endswith(key)
+        ]
+        if entries:
+            return entries[0].entity_id
+        assert time.monotonic() < deadline, f"no {domain} entity {key!r} for {fw.mac} within {timeout} s"
+        await asyncio.sleep(POLL)
 
 
 def state_of(hass: HomeAssistant, entity_id: str) -> str:
@@ -70,7 +80,7 @@ async def test_call_tool_and_a_setting(
     if transport == "websocket":  # its tools are known from its first conversation on
         mark = await in_conversation(fw)
         await fw.wait_state("idle", 60, since=mark)
-    volume = entity_of(hass, hub, fw, "number", "volume")
+    volume = await entity_of(hass, hub, fw, "number", "volume")
     await hass.services.async_call("number", "set_value", {"entity_id": volume, "value": 35}, blocking=True)
     if transport == "websocket":  # not connected between conversations: it waits for the next one
         await in_conversation(fw)
@@ -97,7 +107,7 @@ async def test_an_announcement_while_idle(
     """Always connected and idle: 2.4.2 plays no speech while idle, so it shows the text as an alert."""
     fw = await paired()
     mark = fw.mark()
-    satellite = entity_of(hass, hub, fw, "assist_satellite")
+    satellite = await entity_of(hass, hub, fw, "assist_satellite")
     await hass.services.async_call(
         "assist_satellite", "announce", {"entity_id": satellite, "message": "Dinner is ready"}, blocking=True
     )
@@ -116,7 +126,7 @@ async def test_a_power_cut_is_shown_within_45_s(
     delivered; power back, it reconnects by itself; a reboot brings it back too."""
     fw = await paired()
     assert fw.nvs()["mqtt"]["keepalive"] == KEEPALIVE  # the firmware pings as often as we need
-    satellite = entity_of(hass, hub, fw, "assist_satellite")
+    satellite = await entity_of(hass, hub, fw, "assist_satellite")
     device = device_of(hub, fw)
     fw.power_cut()
     cut = time.monotonic()
@@ -147,7 +157,7 @@ async def test_an_announcement_to_a_device_without_power_is_not_delivered(
     """Its sockets still look open: the alert is written, but the device answers nothing after it.
     The action fails with the reason, and the device is shown unavailable at once."""
     fw = await paired()
-    satellite = entity_of(hass, hub, fw, "assist_satellite")
+    satellite = await entity_of(hass, hub, fw, "assist_satellite")
     fw.power_cut()
     with pytest.raises(HomeAssistantError) as raised:
         await hass.services.async_call(

@@ -72,7 +72,7 @@ async def test_an_image_installs_and_the_entity_comes_back_after_the_reboot(
     fw = await paired()
     if transport == "websocket":  # its first conversation makes its entities
         await fw.wait_state("idle", 60, since=await in_conversation(fw))
-    entity_id = entity_of(hass, hub, fw, "update")
+    entity_id = await entity_of(hass, hub, fw, "update")
     await offered_on(hass, entity_id)
     states = States(hass, entity_id)
     install = await start_install(hass, fw, entity_id, transport)
@@ -114,7 +114,7 @@ async def test_an_image_spoilt_on_its_way_is_refused_by_the_device(
         )
         await hass.async_block_till_done()
         fw = await paired()
-        entity_id = entity_of(hass, hub, fw, "update")
+        entity_id = await entity_of(hass, hub, fw, "update")
         await offered_on(hass, entity_id)
         with pytest.raises(HomeAssistantError) as raised:
             async with asyncio.timeout(180):

@@ -44,7 +44,7 @@ async def test_a_wake_word_from_the_model_folder_reaches_the_firmware(
     mark = fw.mark()
     if transport == "websocket":  # chosen while it talks (it is reachable only then)
         await in_conversation(fw)
-    select = entity_of(hass, hub, fw, "select", "wake_word")
+    select = await entity_of(hass, hub, fw, "select", "wake_word")
     await hass.services.async_call("select", "select_option", {"entity_id": select, "option": "Hi ESP"}, blocking=True)
     # Over WebSocket its restart is owed until its conversation ends (by the silence timeout).
     await fw.wait_log(r"HostWakeWord: .*WakeNet model wn9_hiesp, wake words: Hi,ESP", 90, since=mark)
