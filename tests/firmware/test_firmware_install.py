@@ -50,7 +50,7 @@ class States:
 async def offered_on(hass: HomeAssistant, entity_id: str) -> None:
     """Until the entity offers ``VERSION`` (a refresh reads the local folder now)."""
     await hass.services.async_call("homeassistant", "update_entity", {"entity_id": entity_id}, blocking=True)
-    await wait_entity(hass, entity_id, lambda s: s.attributes.get("latest_version") == VERSION)
+    await wait_entity(hass, entity_id, lambda s: s.attributes.get("latest_version") == VERSION, timeout=30)
 
 
 async def start_install(hass: HomeAssistant, fw: FwHost, entity_id: str, transport: str) -> asyncio.Task[Any]:
