@@ -38,15 +38,21 @@ CLIENT_ID = "9c3e5b2a-0000-4000-8000-000000000001"
 CLIENT_ID2 = "9c3e5b2a-0000-4000-8000-000000000002"
 
 
+SIMULATED_CLOCK_KEEPALIVE = 240
+
+
 @pytest.fixture(autouse=True)
 def mqtt_on_loopback(socket_enabled: None) -> Iterator[None]:
     """The hub's MQTT+UDP endpoint (on by default) binds free loopback ports in tests.
 
     Set up before ``hass`` (``auto_enable_custom_integrations`` asks for it first), so that it
     still holds while ``hass`` unloads the hub at its teardown: an endpoint started then binds no
-    real port.
+    real port. The keepalive handed out is the firmware's own default (240 s): many tests move
+    Home Assistant's clock by minutes while a simulated device's pings keep real time. The tests of
+    the keepalive itself, and the firmware suite, set the real one (``transport/mqtt.py``).
     """
     with (
+        patch("custom_components.xiaozhi_local.transport.mqtt.KEEPALIVE", SIMULATED_CLOCK_KEEPALIVE),
         patch.object(XiaozhiHub, "mqtt_bind_host", "127.0.0.1"),
         patch("custom_components.xiaozhi_local.driver.DEFAULT_MQTT_PORT", 0),
         patch("custom_components.xiaozhi_local.driver.DEFAULT_UDP_PORT", 0),

@@ -753,14 +753,11 @@ async def test_a_device_that_stops_reading_is_dropped(hub: XiaozhiHub) -> None:
 
 
 async def test_timer_is_spoken_on_firmware_25(
-    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory, monkeypatch: pytest.MonkeyPatch
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
 ) -> None:
     from datetime import timedelta
 
-    from custom_components.xiaozhi_local.transport import mqtt
-
-    monkeypatch.setattr(mqtt, "KEEPALIVE", 240)  # the clock jumps 2 minutes below: within its keepalive
-
+    # (The clock jumps 2 minutes below: within the tests' keepalive, conftest.py.)
     from homeassistant.helpers import intent
     from homeassistant.util import dt as dt_util
     from pytest_homeassistant_custom_component.common import async_fire_time_changed

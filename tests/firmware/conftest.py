@@ -18,6 +18,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 from custom_components.xiaozhi_local.const import CONF_MQTT, CONF_SILENCE_TIMEOUT, DOMAIN
 from custom_components.xiaozhi_local.device import XiaozhiDevice
 from custom_components.xiaozhi_local.hub import XiaozhiHub
+from custom_components.xiaozhi_local.transport import mqtt
 
 from ..conftest import ota_url, served_hub, wait_for
 from ..internals import hub_of
@@ -26,6 +27,16 @@ from .fwhost import FwHost
 
 SILENCE_TIMEOUT = 5
 """The hub's silence timeout here (its smallest): conversations end by it in seconds."""
+
+
+REAL_KEEPALIVE = mqtt.KEEPALIVE
+"""What the hub hands out (the other tests hand out the firmware's default: conftest.py)."""
+
+
+@pytest.fixture(autouse=True)
+def real_keepalive(mqtt_on_loopback: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fwhost runs on the real clock: the hub hands out its real keepalive."""
+    monkeypatch.setattr(mqtt, "KEEPALIVE", REAL_KEEPALIVE)
 
 
 @pytest.fixture(scope="session")
