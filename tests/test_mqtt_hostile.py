@@ -206,6 +206,11 @@ async def test_forged_audio_cannot_move_the_devices_audio(
         asyncio.DatagramProtocol, remote_addr=("127.0.0.1", hub.mqtt.udp_port)
     )
     listen_start = {"session_id": session_id_of(link), "type": "listen", "state": "start", "mode": "auto"}
+
+    def new_turn() -> bool:
+        """Home Assistant has taken the listen start: nothing came from the device's port since."""
+        return channel.audio is not None and not channel.audio.heard_this_turn
+
     try:
         frames = link.audio_frames
         for _ in range(5):
@@ -217,6 +222,7 @@ async def test_forged_audio_cannot_move_the_devices_audio(
         assert channel.peer == peer
 
         await device.send_json(listen_start)  # its next turn: its NAT mapped it anew meanwhile
+        await until(new_turn)  # (its microphone's audio follows the listen start by a frame or more)
         await device.mqtt.udp.open()
         for _ in range(MOVE_EVIDENCE):
             device.mqtt.udp.send_datagram(next(packets))
@@ -227,6 +233,7 @@ async def test_forged_audio_cannot_move_the_devices_audio(
         moved = channel.peer
 
         await device.send_json(listen_start)  # the next turn: a neighbour of its address guesses
+        await until(new_turn)
         header = device.mqtt.udp.seal(next(packets))[:16]  # what an observer of the path has seen
         guesses = random.Random(7)
         first = device.mqtt.udp.local_sequence + 1
