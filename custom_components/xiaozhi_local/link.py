@@ -20,7 +20,7 @@ from homeassistant.helpers.event import async_call_later
 
 from .const import EVENT_NOTIFICATION, EVENT_TOOL_ERROR
 from .device import XiaozhiDevice
-from .protocol.mcp import McpError, McpRemoteError, ToolResult
+from .protocol.mcp import McpBusyError, McpError, McpRemoteError, ToolResult
 from .protocol.messages import ClientHello, ControlMessage
 from .protocol.register import Registration
 from .protocol.session import DeviceSession
@@ -130,8 +130,11 @@ class DeviceLink:
         answers none has lost its power or network without closing its connection (its sockets
         look open for up to 1.5 keepalives): its link is closed now, so it shows unavailable.
         """
-        if await self.session.mcp.ping(timeout):
-            return True
+        try:
+            if await self.session.mcp.ping(timeout):
+                return True
+        except McpBusyError:  # its requests are all waiting: not proof of anything; nothing closed
+            return False
         if not self.gone:
             _LOGGER.info("Device %s did not answer within %.0f s; closing its link", self.device.mac, timeout)
             await self.async_close("answers nothing")

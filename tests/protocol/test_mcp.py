@@ -206,6 +206,32 @@ async def test_busy_and_send_failure() -> None:
         await McpClient(broken).request("a")
 
 
+async def test_ping_is_answered_by_any_answer_and_not_by_silence() -> None:
+    """The firmware answers ``ping`` with an error ("Method not implemented"): that is an answer.
+    Silence or a closed link is none; a full request table raises (it says nothing of the device)."""
+    sent: list[dict[str, Any]] = []
+
+    async def record(payload: dict[str, Any]) -> None:
+        sent.append(payload)
+
+    client = McpClient(record, max_pending=1)
+    answered = asyncio.create_task(client.ping(5))
+    await asyncio.sleep(0)
+    assert sent[-1]["method"] == "ping"
+    client.handle_response(
+        {"jsonrpc": "2.0", "id": sent[-1]["id"], "error": {"message": "Method not implemented: ping"}}
+    )
+    assert await answered is True
+    assert await client.ping(0.01) is False  # nobody answers
+    waiting = asyncio.create_task(client.request("a", timeout=30))
+    await asyncio.sleep(0)
+    with pytest.raises(McpBusyError):
+        await client.ping(5)
+    client.close()
+    await asyncio.gather(waiting, return_exceptions=True)
+    assert await client.ping(5) is False  # closed
+
+
 async def test_ids_wrap_and_skip_pending() -> None:
     async def never(payload: dict[str, Any]) -> None:
         sent.append(payload["id"])

@@ -137,13 +137,14 @@ class McpClient:
     async def ping(self, timeout: float) -> bool:
         """Whether the device reads and answers now; False when no answer comes within ``timeout``.
 
-        Any answer counts: the stock firmware answers ``ping`` with "Method not implemented".
+        Any answer counts: the stock firmware answers ``ping`` with "Method not implemented". Raises
+        McpBusyError when too many requests wait already (that says nothing about the device).
         """
         try:
             await self.request("ping", None, timeout)
         except McpRemoteError:
             return True
-        except McpError:
+        except McpTimeoutError, McpConnectionError:
             return False
         return True
 
