@@ -6,6 +6,7 @@ a change of the internals changes this module, not every test.
 """
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from homeassistant.config_entries import ConfigEntry
@@ -76,6 +77,25 @@ def wake_audio_kept(device: XiaozhiDevice) -> int:
     """Bytes of audio the device's satellite keeps from outside a turn (its wake word's, maybe)."""
     satellite: Any = device.voice
     return sum(len(packet) for _link, _at, packet in satellite._listening._before_turn)
+
+
+def wake_audio_taken(device: XiaozhiDevice) -> int:
+    """Packets the satellite took as wake audio at the device's last ``listen detect``."""
+    satellite: Any = device.voice
+    return len(satellite._listening._wake_audio)
+
+
+def udp_reader_paused(hub: XiaozhiHub) -> Callable[[], None]:
+    """Stop the MQTT endpoint's UDP socket being read when it is readable; the undo.
+
+    Only an explicit drain reads it meanwhile (what the MQTT side does before a ``listen detect``).
+    """
+    assert hub.mqtt is not None
+    udp: Any = hub.mqtt._udp
+    fileno = udp._sock.fileno()
+    loop = hub.hass.loop
+    loop.remove_reader(fileno)
+    return lambda: loop.add_reader(fileno, udp.drain)
 
 
 def runner_of(device: XiaozhiDevice) -> Any:

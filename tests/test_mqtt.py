@@ -23,7 +23,21 @@ from custom_components.xiaozhi_local.transport.mqtt_channel import MqttChannel
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.mqtt_wire import MqttRefused, mqtt_connect, mqtt_publish
 
-from .conftest import CLIENT_ID, CLIENT_ID2, FAST, MAC, MAC2, TOKEN, ota_url, served_hub, wait_for, wait_settled, ws_url
+from .conftest import (
+    CLIENT_ID,
+    CLIENT_ID2,
+    FAST,
+    MAC,
+    MAC2,
+    TOKEN,
+    first_packets,
+    mqtt_in_conversation,
+    ota_url,
+    served_hub,
+    wait_for,
+    wait_settled,
+    ws_url,
+)
 from .helpers import announce, next_answer, until
 from .internals import hub_of
 from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
@@ -959,3 +973,30 @@ async def test_a_device_whose_power_is_cut_is_shown_off_within_its_keepalive(
     assert raised.value.translation_key == "announcement_not_delivered"
     await wait_for(xdev, lambda d: d.off, timeout=10)
     assert not any(m.get("type") == "alert" for m in device.log)  # it read nothing after the cut
+
+
+async def test_the_wake_audio_waiting_on_the_socket_is_taken_before_listen_detect(
+    hass: HomeAssistant, ready: Voice, hub: XiaozhiHub, make_mqtt: MqttFactory
+) -> None:
+    """The firmware sends its wake audio over UDP just before ``listen detect`` over MQTT; whatever
+    of it still waits in the socket's buffer when the detect is handled is read first and kept as
+    the wake word's (here the socket is read by nothing else, so only that read can take it)."""
+    from .internals import udp_reader_paused, wake_audio_taken
+
+    device = await make_mqtt()
+    xdev = hub.devices[MAC]
+    await wait_settled(xdev)
+    await mqtt_in_conversation(hub, device)
+    resume = udp_reader_paused(hub)
+    try:
+        burst = first_packets(60) * 4  # 12 packets of 60 ms
+        for packet in burst:
+            device.mqtt.udp.send_datagram(packet)
+        await device.send_json(
+            {"session_id": device.session_id, "type": "listen", "state": "detect", "text": "你好小智"}
+        )
+        await until(lambda: wake_audio_taken(xdev) > 0)
+        # (with the 3 packets that opened the channel: also just before the detect)
+        assert wake_audio_taken(xdev) == len(first_packets(60)) + len(burst)
+    finally:
+        resume()

@@ -120,6 +120,8 @@ class FwHost:
         self.process: subprocess.Popen[bytes] | None = None
         self.fw_log = rundir / "fw.log"
         self.out_log = rundir / "out.log"
+        self._read: dict[Path, bytearray] = {}
+        """What was read of each log so far: a poll reads only what was added since."""
         rundir.mkdir(parents=True, exist_ok=True)
 
     # -- the process ------------------------------------------------------------------------------
@@ -168,13 +170,21 @@ class FwHost:
 
     # -- what it logged ---------------------------------------------------------------------------
 
+    def _text(self, path: Path) -> str:
+        """The file's text so far; only the bytes added since the last call are read."""
+        seen = self._read.setdefault(path, bytearray())
+        with contextlib.suppress(FileNotFoundError), path.open("rb") as file:
+            file.seek(len(seen))
+            seen += file.read()
+        return seen.decode(errors="replace")
+
     def log(self) -> str:
         """The firmware's log so far."""
-        return self.fw_log.read_text(errors="replace") if self.fw_log.exists() else ""
+        return self._text(self.fw_log)
 
     def out(self) -> str:
         """``ACTIVATION_CODE``, ``READY``, ``REBOOT`` lines so far."""
-        return self.out_log.read_text(errors="replace") if self.out_log.exists() else ""
+        return self._text(self.out_log)
 
     def mark(self) -> int:
         """Where the log ends now: a later wait can look only at what comes after."""
