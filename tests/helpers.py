@@ -159,3 +159,14 @@ async def start_reconfigure(hass: HomeAssistant, entry: MockConfigEntry, subentr
     ``MockConfigEntry.start_subentry_reconfigure_flow`` is annotated with a config entry's result type.
     """
     return cast(SubentryFlowResult, await entry.start_subentry_reconfigure_flow(hass, subentry_id))
+
+
+async def regenerate(hass: HomeAssistant, entry: MockConfigEntry, mac: str = MAC) -> str:
+    """Regenerate a device's token as the user does (its reconfigure flow); the new token."""
+    sub = next(s for s in entry.subentries.values() if s.unique_id == mac)
+    result = await start_reconfigure(hass, entry, sub.subentry_id)
+    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    token = placeholders_of(result)["token"]
+    await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    await hass.async_block_till_done()
+    return token

@@ -42,7 +42,7 @@ from custom_components.xiaozhi_local.const import (
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, FAST, MAC, TOKEN, device_subentry, ota_url, wait_for, ws_url
-from .helpers import placeholders_of, start_reconfigure
+from .helpers import regenerate
 from .internals import hub_of
 from .test_ota import NEW_MAC, ota_headers
 
@@ -264,16 +264,6 @@ async def test_activate_tells_nobody_what_is_paired(
 
 
 # -- refused, but not as a guess -----------------------------------------------------------------
-
-
-async def regenerate(hass: HomeAssistant, entry: MockConfigEntry) -> str:
-    sub = next(s for s in entry.subentries.values() if s.unique_id == MAC)
-    result = await start_reconfigure(hass, entry, sub.subentry_id)
-    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
-    token = placeholders_of(result)["token"]
-    await hass.config_entries.subentries.async_configure(result["flow_id"], {})
-    await hass.async_block_till_done()
-    return token
 
 
 async def test_previous_token_is_refused_but_never_banned(

@@ -82,7 +82,7 @@ class XiaozhiDevice:
         self.server_info = ServerInfo()
         self.last_seen: datetime | None = None
         self.refused_tokens = 0
-        """Connections refused in a row for a wrong token (admission/policy.py: a repair issue at 5)."""
+        """Connections refused in a row for a token it had before (admission/policy.py: a repair at 5)."""
         self.log = OnceLogger(self.mac, _LOGGER)  # each kind of problem is logged once per device
         self._persist = persist or (lambda _delay: None)
         self.notifications = DeviceNotifications(self.log, hass.loop)
@@ -261,7 +261,7 @@ class XiaozhiDevice:
         self.address = address
 
     def count_refused_token(self) -> int:
-        """A connection was refused for a wrong token; how many in a row now."""
+        """A connection was refused for a token it had before; how many in a row now."""
         self.refused_tokens += 1
         return self.refused_tokens
 

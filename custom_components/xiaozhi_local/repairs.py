@@ -3,8 +3,9 @@
 - ``unreachable_url``: the URLs devices are given point at this machine only (Home Assistant's
   internal URL is unset or ``localhost``), so a device on the LAN cannot reach them.
 - ``ffmpeg_missing``: the ``ffmpeg`` program is not installed: the voice satellite cannot speak.
-- ``wrong_token``: a paired device keeps presenting a wrong token (it was re-flashed or its token
-  was regenerated without it rebooting; or someone is guessing).
+- ``wrong_token``: a paired device keeps presenting a token Home Assistant gave it before (its
+  token was regenerated without it rebooting). Only the device or its owner's client has that one:
+  a stranger's guesses for a paired MAC raise nothing (they are counted in the diagnostics).
 - ``mqtt_port_unavailable``: the MQTT or UDP port of the always-connected transport cannot be
   bound (another program has it). Devices keep the WebSocket; OTA hands out no ``mqtt``.
 - ``udp_blocked``: a device on MQTT talks (``listen start``) but none of its audio datagrams

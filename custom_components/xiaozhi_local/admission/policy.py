@@ -251,8 +251,11 @@ class Admission:
         if device is None or (refusal is Refused.PENDING and not matches):
             return refusal  # an identity still waiting for its code (a paired MAC's new one too)
         if not matches or not token:
-            # While it is connected with its right token, a stranger guesses: not counted.
-            refused = device.count_refused_token() if device.link is None else device.refused_tokens
+            # Only a token Home Assistant gave this device before counts towards the repair: the
+            # device (or its owner's client) kept it. A guess or no token is anyone naming the MAC,
+            # and while the device is connected with its right token, nobody's but a stranger's.
+            owners = refusal is Refused.EARLIER and device.link is None
+            refused = device.count_refused_token() if owners else device.refused_tokens
             # The bookkeeping after the answer: refusing a paired MAC's wrong token costs what
             # refusing an unknown MAC does, so its timing tells nobody what is paired.
             self.hass.loop.call_soon(self._async_token_refused, device, refusal, refused)
@@ -266,9 +269,10 @@ class Admission:
         """Logged once per kind (diagnostics count them all), and the repair told."""
         why = {Refused.EARLIER: "a token it had before", Refused.NO_TOKEN: "no token"}.get(refusal, "a wrong token")
         device.log.report(f"token_{refusal}", f"refused a connection with {why}")
-        if device.link is not None:
-            # The device is connected with its right token: whoever presents a wrong one is not the
-            # device, and the repair's advice (a new token) would cut the real one off.
+        if refusal is not Refused.EARLIER or device.link is not None:
+            # A stranger can name a paired MAC with any token, and while the device is connected
+            # with its right one, whoever presents another is not the device: the repair's advice
+            # (a new token) would cut the real one off. Counted in the diagnostics only.
             return
         async_wrong_token(self.hass, device.mac, device.name, in_a_row)
 
