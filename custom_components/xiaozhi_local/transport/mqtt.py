@@ -8,8 +8,10 @@ what is published to it is simply written to its socket. Audio flows over UDP, e
 while a conversation is open (the device's hello opens one, ``goodbye`` closes it): this module
 owns the socket and routes each datagram to its channel by the session tag. See docs/protocol.md §3.
 
-This module is the door: the listener, the CONNECT, the bounds on connections that never log in
-(per source and in total) and the slowing of wrong guesses.
+This module is the door: the listener, the CONNECT, and the bounds on connections that never log
+in (per source and in total). A wrong CONNECT is answered and closed at once: a refusal held open
+would hold a slot the devices behind the same NAT need, and a token is 256 random bits, so slowing
+a guesser buys nothing.
 
 Credentials are the device's own: user name its MAC, password its token (handed out only to
 the paired device, bound to its identity, see admission/ota.py), so "Regenerate token" also ends an MQTT
@@ -17,7 +19,6 @@ session. Anything else is refused, counted per address, and logged once.
 """
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 from typing import Any, Final
@@ -27,12 +28,12 @@ from homeassistant.core import HomeAssistant, callback
 from ..admission.gate import DeviceGate, Refused
 from ..const import MQTT_PUBLISH_TOPIC, mqtt_topic
 from ..device import XiaozhiDevice
-from ..limits import SlidingWindow, Strikes
+from ..limits import Strikes
 from ..link import ClientInfo, DeviceLink
 from ..protocol import mqtt as codec
 from ..protocol.logs import OnceLogger
 from ..protocol.messages import normalize_mac
-from .mqtt_channel import READ_SIZE, WRITE_TIMEOUT, MqttChannel, UdpRoutes
+from .mqtt_channel import READ_SIZE, MqttChannel, UdpRoutes
 from .udp_socket import UdpSocket
 
 _LOGGER = logging.getLogger(__name__)
@@ -50,14 +51,9 @@ sent its whole CONNECT gives way to the new one, whatever its age: a device send
 within milliseconds of connecting, so a host that keeps reopening sockets only ever pushes out
 its own, however fast it reopens. A connection whose CONNECT has arrived is never pushed out."""
 FAILED_LOGINS: Final = 5
-"""Wrong credentials from one address before its further wrong ones are answered slowly, for
-``LOCKOUT`` s. Right credentials are never refused: the neighbours behind the same NAT guess."""
+"""Wrong credentials from one address within ``LOCKOUT`` s before a warning says someone guesses
+(once per address; every refusal is answered at once and counted in the diagnostics)."""
 LOCKOUT: Final = 600.0
-FREE_GUESSES: Final = 20
-"""Wrong credentials a minute, from anywhere, answered at once; past it every wrong one waits."""
-GUESS_DELAY: Final = 0.5
-"""Seconds each wrong guess past the free ones adds to the wait for a refusal (at most ``MAX_GUESS_DELAY``)."""
-MAX_GUESS_DELAY: Final = 10.0
 KEEPALIVE: Final = 20
 """Seconds between a device's pings, handed out in its OTA answer (the firmware stores it as NVS
 ``mqtt/keepalive``, 240 when none is given). A link is dead after 1.5 times it without a packet,
@@ -97,7 +93,6 @@ class MqttEndpoint:
         self._pending_since: dict[asyncio.StreamWriter, tuple[float, str]] = {}
         self._connect_read: set[asyncio.StreamWriter] = set()  # pending, but their CONNECT has arrived
         self._failures = Strikes(LOCKOUT, 1024, clock=hass.loop.time)  # wrong credentials by address
-        self._recent_guesses = SlidingWindow(4 * MAX_UNAUTHENTICATED, 60.0, clock=hass.loop.time)  # from anywhere
         self.log = OnceLogger("mqtt", _LOGGER)
         self.refused = 0
 
@@ -168,24 +163,15 @@ class MqttEndpoint:
 
     # -- accepting devices --------------------------------------------------------------------
 
-    def _count_failure(self, address: str) -> float:
-        """A wrong guess from ``address``: seconds to wait before it is refused.
-
-        At once while the address has made fewer than ``FAILED_LOGINS`` and everyone fewer than
-        ``FREE_GUESSES`` in the last minute; then slower and slower. Guessing from many addresses
-        is slowed as much as from one: the wait grows with every wrong guess, wherever it came from.
-        """
-        failures = self._failures.add(address)
-        if failures == FAILED_LOGINS:
+    def _count_failure(self, address: str) -> None:
+        """A wrong guess from ``address``: counted, and one warning when it keeps guessing."""
+        if self._failures.add(address) == FAILED_LOGINS:
             _LOGGER.warning(
-                "MQTT: %s gave wrong device credentials %d times; its further wrong ones are answered "
-                "slowly for %d minutes (right ones are not)",
+                "MQTT: %s gave wrong device credentials %d times in %d minutes; each is refused at once",
                 address,
                 FAILED_LOGINS,
                 int(LOCKOUT // 60),
             )
-        over = max(0, self._recent_guesses.count() - FREE_GUESSES) + max(0, failures - FAILED_LOGINS) * 4
-        return min(MAX_GUESS_DELAY, GUESS_DELAY * over) if over else 0.0
 
     @property
     def pending_count(self) -> int:
@@ -299,17 +285,11 @@ class MqttEndpoint:
             if err.kind == "bad_protocol":
                 writer.write(codec.connack(codec.ConnectCode.BAD_PROTOCOL))
             raise
-        device, wait = self._authenticate(connect, address)
+        device = self._authenticate(connect, address)
         if not isinstance(device, XiaozhiDevice):
-            if wait:  # a guesser waits for its answer, its slot taken (it may hang up meanwhile)
-                with contextlib.suppress(TimeoutError, ConnectionError):
-                    async with asyncio.timeout(wait):
-                        while await reader.read(READ_SIZE):
-                            pass  # what it sends meanwhile is dropped
+            # Answered and closed at once (no drain to wait on: the CONNACK is 4 bytes into an
+            # empty buffer), so the refused connection's slot is free for the next one.
             writer.write(codec.connack(device))
-            with contextlib.suppress(TimeoutError, ConnectionError):
-                async with asyncio.timeout(WRITE_TIMEOUT):
-                    await writer.drain()
             return None
         writer.write(codec.connack(codec.ConnectCode.ACCEPTED))
         client = ClientInfo(
@@ -327,19 +307,20 @@ class MqttEndpoint:
         )
         return DeviceLink(self.hass, device, client, channel, vision)
 
-    def _authenticate(self, connect: codec.Connect, address: str) -> tuple[XiaozhiDevice | codec.ConnectCode, float]:
-        """User name: the device's MAC; password: its token. With the seconds a refusal waits.
+    def _authenticate(self, connect: codec.Connect, address: str) -> XiaozhiDevice | codec.ConnectCode:
+        """User name: the device's MAC; password: its token.
 
         Always checked: right credentials are never refused for what others at the same
-        address did. Wrong ones are counted, and answered more slowly the more there are.
+        address did. Wrong ones are counted.
         """
         mac = normalize_mac(connect.username or "")
         result = self.gate.async_authenticate(mac, connect.password or "") if mac else Refused.GUESS
         if isinstance(result, XiaozhiDevice):
             if result.open:  # paired without a token (load testers): not over MQTT
-                return codec.ConnectCode.NOT_AUTHORIZED, 0.0
-            return result, 0.0
+                return codec.ConnectCode.NOT_AUTHORIZED
+            return result
         self.refused += 1
-        wait = self._count_failure(address) if result is Refused.GUESS else 0.0
+        if result is Refused.GUESS:
+            self._count_failure(address)
         self.log.report("mqtt_refused", f"refused MQTT credentials from {address} ({result.value})")
-        return codec.ConnectCode.BAD_CREDENTIALS, wait
+        return codec.ConnectCode.BAD_CREDENTIALS
