@@ -706,3 +706,37 @@ async def test_a_device_naming_a_new_board_each_time_does_not_grow_the_board_tab
         await hass.async_block_till_done(wait_background_tasks=True)
         assert files.engine(device) == "wakenet"  # learned: no pack counts as WakeNet
     assert files.boards_known == MAX_BOARDS
+
+
+@pytest.mark.parametrize(
+    ("index", "reason"),
+    [(b"[" * 100_000 + b"]" * 100_000, "nests deeper"), (b'{"x":"' + b"y" * 300_000 + b'"}', "bytes")],
+    ids=["deep", "large"],
+)
+async def test_a_board_pack_with_a_hostile_index_is_refused_with_its_reason(
+    hass: HomeAssistant,
+    wake_dir: Path,
+    hub: XiaozhiHub,
+    client: TestClient[Any, Any],
+    caplog: pytest.LogCaptureFixture,
+    index: bytes,
+    reason: str,
+) -> None:
+    """The board's pack in the folder has an index.json the firmware would refuse: the wake word
+    entity is there all the same, a choice is refused with the reason, and nothing escapes as a
+    traceback (a deep one was a RecursionError in a background task)."""
+    from custom_components.xiaozhi_local.protocol.assets import AssetFile, build_pack
+
+    files = parse_pack(default_pack())
+    files["index.json"] = AssetFile("index.json", index)
+    (wake_dir / f"{BOARD}.bin").write_bytes(build_pack(list(files.values())))
+    device = await mqtt_online(hub, client, reboots=True)
+    try:
+        await wait_entity(hass, ENTITY, lambda s: s.state == AS_BUILT)
+        await hass.async_block_till_done()
+        with pytest.raises(HomeAssistantError, match=reason):
+            await choose(hass, "Hi ESP")
+        assert device.boots == 1  # nothing reached the device
+    finally:
+        await device.drop()
+    assert [r for r in caplog.records if r.exc_info or "Task exception" in r.getMessage()] == []

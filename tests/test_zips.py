@@ -9,9 +9,11 @@ import zipfile
 import pytest
 
 from custom_components.xiaozhi_local.firmware.unpack import unpack
-from custom_components.xiaozhi_local.protocol.assets import AssetsError
+from custom_components.xiaozhi_local.protocol.assets import AssetFile, AssetsError, build_pack, parse_pack
 from custom_components.xiaozhi_local.protocol.firmware import FirmwareError
 from custom_components.xiaozhi_local.wake_words.disk import release_pack
+from xiaozhi_sim.assets import default_pack
+from xiaozhi_sim.firmware import build_image, flash_image
 
 
 def _zip(method: int = zipfile.ZIP_STORED, *, flags: int = 0, corrupt: bool = False) -> bytes:
@@ -59,3 +61,33 @@ def test_a_release_zip_for_firmware_says_why(tmp_path: Path, zipped: bytes, reas
     with pytest.raises(FirmwareError, match=reason):
         unpack(path, tmp_path / "image.bin", facts, "2.4.2")
     assert not (tmp_path / "release.bin").exists()
+
+
+def _release_with_index(index: bytes) -> bytes:
+    """A release zip, deflated, whose board pack carries ``index`` as its ``index.json``."""
+    files = parse_pack(default_pack())
+    files["index.json"] = AssetFile("index.json", index)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        image = flash_image(build_image("2.4.2"), assets=build_pack(list(files.values())))
+        archive.writestr("merged-binary.bin", image)
+    return out.getvalue()
+
+
+HOSTILE_INDEXES = {
+    "large": (b'{"version":1,"x":[' + b"0," * 450_000 + b"0]}", "bytes"),
+    "deep": (b"[" * 100_000 + b"]" * 100_000, "nests deeper"),
+}
+
+
+@pytest.mark.parametrize(("index", "reason"), HOSTILE_INDEXES.values(), ids=HOSTILE_INDEXES.keys())
+def test_a_release_whose_pack_has_a_hostile_index_is_refused_before_it_is_kept(
+    tmp_path: Path, index: bytes, reason: str
+) -> None:
+    """A small zip (a few KiB) whose board pack's index.json is too large or too deep: refused with
+    the reason while it is read, before the pack is kept or rebuilt with a new wake word."""
+    path = tmp_path / "release.zip"
+    path.write_bytes(_release_with_index(index))
+    assert path.stat().st_size < 64 * 1024
+    with pytest.raises(AssetsError, match=reason):
+        release_pack(path)

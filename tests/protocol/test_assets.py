@@ -6,10 +6,13 @@
 
 import json
 import struct
+import tracemalloc
 
 import pytest
 
 from custom_components.xiaozhi_local.protocol.assets import (
+    MAX_INDEX,
+    MAX_INDEX_DEPTH,
     AssetFile,
     AssetsError,
     assets_partition_size,
@@ -115,6 +118,47 @@ def test_an_index_of_a_newer_version_is_refused() -> None:
         read_index(files)
     with pytest.raises(AssetsError):
         read_index({"index.json": AssetFile("index.json", b"{")})
+
+
+def with_index(index: bytes) -> dict[str, AssetFile]:
+    """The default pack's files with ``index`` as its ``index.json``, as a pack on flash holds them."""
+    files = parse_pack(default_pack())
+    files["index.json"] = AssetFile("index.json", index)
+    return parse_pack(build_pack(list(files.values())))
+
+
+def test_an_index_bomb_is_refused_before_it_is_parsed() -> None:
+    """A 30 MiB index (as large as a pack may be) took HA to 1.3 GB: refused by its size, before a
+    byte of it is copied or parsed; the largest index a real board could carry still reads."""
+    bomb = with_index(b'{"version":1,"emoji_collection":[' + b"{},[0]," * (30 * 1024 * 1024 // 7) + b"0]}")
+    tracemalloc.start()
+    try:
+        with pytest.raises(AssetsError, match=f"at most {MAX_INDEX}"):
+            read_index(bomb)
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024
+    with pytest.raises(AssetsError, match="bytes"):
+        read_index(with_index(b" " * (MAX_INDEX + 1)))
+    commands = [{"command": f"command number {n}", "text": f"命令 {n}", "action": "wake"} for n in range(1000)]
+    largest = json.dumps({"version": 1, "multinet_model": {"commands": commands}}, ensure_ascii=False, indent=4)
+    assert 4 * 30 * 1024 < len(largest.encode()) <= MAX_INDEX  # 1,000 commands: five times MultiNet's 200
+    assert len(read_index(with_index(largest.encode()))["multinet_model"]["commands"]) == 1000
+
+
+@pytest.mark.parametrize("depth", [MAX_INDEX_DEPTH + 1, 10_000, MAX_INDEX // 2 - 16])
+def test_a_deep_index_is_refused_with_a_reason(depth: int) -> None:
+    """Nesting past cJSON's limit (the firmware refuses it) is refused before parsing: a reason,
+    never a RecursionError; at the limit it reads, as on the device."""
+    deep = b'{"version":1,"x":' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+    with pytest.raises(AssetsError, match="nests deeper"):
+        read_index(with_index(deep))
+    at_limit = b'{"version":1,"x":' + b"[" * (MAX_INDEX_DEPTH - 1) + b"]" * (MAX_INDEX_DEPTH - 1) + b"}"
+    assert read_index(with_index(at_limit))["version"] == 1
+    # Brackets inside strings, escaped quotes among them, are text: they nest nothing.
+    text = '\\"' + "[" * 5000 + '"'
+    assert read_index(with_index(json.dumps({"version": 1, "text": text}).encode()))["text"] == text
 
 
 def test_a_pack_without_models_gets_them() -> None:

@@ -26,6 +26,7 @@ table that points many entries at the same bytes is refused instead of being rea
 from collections.abc import Mapping
 from dataclasses import dataclass
 import json
+import re
 import struct
 from typing import Any, Final
 import unicodedata
@@ -39,6 +40,12 @@ NAME_LENGTH: Final = 32
 INDEX: Final = "index.json"
 INDEX_VERSION: Final = 1
 """The newest ``index.json`` version the firmware reads ("please upgrade the firmware" above)."""
+MAX_INDEX: Final = 256 * 1024
+"""Bytes of ``index.json`` at most. The assets generator writes a few KiB (a MultiNet board's 200
+commands, the most it takes, about 30 KiB); the firmware parses the whole file into its heap."""
+MAX_INDEX_DEPTH: Final = 1000
+"""Nesting of ``index.json`` at most: cJSON's ``CJSON_NESTING_LIMIT``, past which the firmware's
+``cJSON_ParseWithLength`` fails ("The index.json file is not valid")."""
 MAX_FILES: Final = 4096
 MAX_MODELS: Final = 64
 WAKENET_PREFIX: Final = "wn"
@@ -150,13 +157,41 @@ def parse_pack(pack: Bytes, partition_size: int | None = None) -> dict[str, Asse
     return files
 
 
+_ESCAPES: Final = re.compile(rb"\\.", re.DOTALL)
+_STRINGS: Final = re.compile(rb'"[^"]*"')
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(data: bytes) -> int:
+    """How deeply ``data`` (JSON) nests its arrays and objects, counted without parsing it.
+
+    Linear in the size: escapes go first (so a string holds no quote), then strings, then all
+    but the brackets are dropped and counted.
+    """
+    brackets = _STRINGS.sub(b"", _ESCAPES.sub(b"", data)).translate(None, _NOT_BRACKETS)
+    depth = deepest = 0
+    for byte in brackets:
+        depth += 1 if byte in b"[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def read_index(files: dict[str, AssetFile]) -> dict[str, Any]:
-    """The pack's ``index.json``, checked as ``Assets::Apply`` reads it."""
+    """The pack's ``index.json``, checked as ``Assets::Apply`` reads it.
+
+    Its size and nesting are bounded before it is parsed: a pack may be as large as its partition,
+    and an index that fills it would cost many times its size once parsed.
+    """
     if INDEX not in files:
         raise AssetsError("no_index", "the pack has no index.json")
+    if (size := len(files[INDEX].data)) > MAX_INDEX:  # refused before a byte of it is copied
+        raise AssetsError("bad_index", f"index.json is {size} bytes (at most {MAX_INDEX})")
+    data = bytes(files[INDEX].data)
+    if json_depth(data) > MAX_INDEX_DEPTH:
+        raise AssetsError("bad_index", f"index.json nests deeper than {MAX_INDEX_DEPTH} levels")
     try:
-        index = json.loads(bytes(files[INDEX].data))
-    except ValueError, UnicodeDecodeError:
+        index = json.loads(data)
+    except ValueError, UnicodeDecodeError, RecursionError:
         raise AssetsError("bad_index", "index.json is not valid JSON") from None
     if not isinstance(index, dict):
         raise AssetsError("bad_index", "index.json is not an object")

@@ -18,7 +18,7 @@ import zipfile
 
 from ..firmware.files import split_name
 from ..firmware.unpack import MAX_UNZIPPED, ZIP_ERRORS, zip_error
-from ..protocol.assets import AssetsError, pack_in_flash_image, parse_pack
+from ..protocol.assets import AssetsError, pack_in_flash_image, parse_pack, read_index
 from ..protocol.firmware import parse_version
 from ..protocol.partitions import read_partition_table
 from ..protocol.wake_pack import PackWakeWord, pack_engine, pack_wake_word
@@ -176,7 +176,9 @@ def release_pack(download: Path) -> bytes:
         partitions = [(p.label, p.offset, p.size) for p in read_partition_table(io.BytesIO(image))]
     except ZIP_ERRORS as err:
         raise AssetsError("no_pack", f"the release zip cannot be unpacked: {zip_error(err)}") from None
-    return pack_in_flash_image(image, partitions)
+    pack = pack_in_flash_image(image, partitions)
+    read_index(parse_pack(pack))  # a pack the firmware would refuse is refused here, before it is kept or rebuilt
+    return pack
 
 
 def keep(path: Path, data: bytes) -> None:
