@@ -749,3 +749,39 @@ async def test_pairing_sessions_are_bounded_and_say_a_code_made_once(
     finally:
         for ws in held:
             await ws.close()
+
+
+@pytest.mark.parametrize("sessions", [20, 100])
+async def test_sessions_opened_together_with_one_pending_token_speak_once(
+    hass: HomeAssistant,
+    ready: Any,
+    setup_integration: MockConfigEntry,
+    client: TestClient[Any, Any],
+    hub_url: str,
+    caplog: pytest.LogCaptureFixture,
+    sessions: int,
+) -> None:
+    """One anonymous OTA answer's token, many xiaozhi-sdk sessions opened at the same moment (20
+    were measured: 10 of them got speech). Each new one takes the place of the one before at
+    once, which ends without waiting for its peer: at most one is spoken to, and nothing of it is
+    logged above debug."""
+    mac = "aa:bb:cc:00:23:00"
+    token = token_of(await post_ota(client, mac, client_id=STRANGER))
+    caplog.clear()
+    devices = [
+        SimulatedDevice(SimulatorOptions(url=hub_url, token=token, mac=mac, client_id=STRANGER, flavor="xiaozhi-sdk"))
+        for _ in range(sessions)
+    ]
+    try:
+        opened = await asyncio.gather(*(device.connect() for device in devices), return_exceptions=True)
+        connected = [device for device, result in zip(devices, opened, strict=True) if result is None]
+        assert connected  # the last one, at least
+        async with asyncio.timeout(60):  # a guard: each ends (replaced, or told its code and closed)
+            await asyncio.gather(*(device.wait_closed() for device in connected))
+    finally:
+        await asyncio.gather(*(device.drop() for device in devices), return_exceptions=True)
+    spoken_to = [device for device in devices if device.audio]
+    assert len(spoken_to) <= 1
+    assert [m for m in ready.tts.messages if any(c.isdigit() for c in m)] != []  # the last one was told
+    ours = [r for r in caplog.records if r.name.startswith("custom_components.xiaozhi_local") and r.levelno > 10]
+    assert len(ours) <= 2, [r.getMessage() for r in ours]  # the pending device's card, once

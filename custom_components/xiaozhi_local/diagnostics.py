@@ -18,7 +18,7 @@ from .const import CONF_SERIAL, DOMAIN
 from .device import XiaozhiDevice
 from .firmware.installer import FirmwareUpdates
 from .hub import XiaozhiConfigEntry
-from .transport.endpoint import GUESSES
+from .transport.endpoint import GUESSES, UNPAIRED
 
 TO_REDACT = {
     CONF_TOKEN,
@@ -101,6 +101,7 @@ async def async_get_config_entry_diagnostics(hass: HomeAssistant, entry: Xiaozhi
         "pending_pairings_of_paired_macs": sum(bool(hub.admission.pairing.for_mac(mac)) for mac in hub.devices),
         "open_connections": len(hub.links),
         "refused_guesses": GUESSES.counts["guess"],
+        "refused_unpaired": dict(UNPAIRED.counts),
         "mqtt": None
         if hub.mqtt is None
         else {

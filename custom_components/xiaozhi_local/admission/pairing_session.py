@@ -47,7 +47,8 @@ MAX_SPOKEN: Final = 16
 class _Sessions:
     """What bounds the pairing sessions: one live per pending device, a few in all, speech made once."""
 
-    live: dict[str, web.WebSocketResponse] = field(default_factory=dict)
+    live: dict[str, web.Request] = field(default_factory=dict)
+    """Each pending device's one live session, by its request (its transport ends it)."""
     spoken: dict[tuple[str, str, str], bytes] = field(default_factory=dict)
     """The PCM of each code's speech, by (MAC, code, text)."""
 
@@ -95,21 +96,23 @@ async def async_run_pairing_session(
 ) -> web.StreamResponse:
     """Accept the socket, answer the hello, say the code, close.
 
-    Bounded: a new session for the same device ends the one before, no more than
-    ``MAX_SESSIONS`` run at once (503 past it), and the code's speech is made once per code.
+    Bounded: one live session per pending device (a new one takes the place of the one before,
+    which ends at once, without waiting for its peer's close), no more than ``MAX_SESSIONS`` run
+    at once (503 past it), and the code's speech is made once per code.
     """
     sessions = hass.data.setdefault(DATA_SESSIONS, _Sessions())
-    if (earlier := sessions.live.get(pending.mac)) is not None:
-        await earlier.close(code=1000, message=b"replaced by a new session")
-    elif len(sessions.live) >= MAX_SESSIONS:
+    earlier = sessions.live.pop(pending.mac, None)
+    if earlier is None and len(sessions.live) >= MAX_SESSIONS:
         _LOGGER.debug("Refused a pairing session for %s: %d run already", pending.mac, MAX_SESSIONS)
         raise web.HTTPServiceUnavailable
+    sessions.live[pending.mac] = request  # before any await: sessions opened together replace each other in turn
+    if earlier is not None and earlier.transport is not None:
+        earlier.transport.abort()  # its reads end and its writes fail: it stops where it is
     ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, autoping=True, compress=False, timeout=5)
-    sessions.live[pending.mac] = ws
     try:
         return await _async_session(hass, sessions, ws, request, pending, protocol_version=protocol_version)
     finally:
-        if sessions.live.get(pending.mac) is ws:
+        if sessions.live.get(pending.mac) is request:
             del sessions.live[pending.mac]
 
 
@@ -122,19 +125,23 @@ async def _async_session(
     *,
     protocol_version: int,
 ) -> web.StreamResponse:
-    await ws.prepare(request)
     link = _PairingLink(ws, pending.mac, protocol_version)
     try:
+        await ws.prepare(request)
         async with asyncio.timeout(HELLO_TIMEOUT):
             message = await ws.receive()
         if message.type != WSMsgType.TEXT or not _is_hello(message.data):
             return ws
         await link.async_send_json(server_hello(secrets.token_hex(8)))
         text = activation_message(pending.code, pending.report.language or hass.config.language)
-        _LOGGER.info("Device %s waits for its code: telling it over its connection", pending.mac)
+        # Anyone who asked OTA opens such a session: at debug, so strangers cannot fill the log.
+        _LOGGER.debug("Device %s waits for its code: telling it over its connection", pending.mac)
         await async_speak(hass, link, _spoken(hass, sessions, (pending.mac, pending.code, text)), lambda: text)
     except TimeoutError:
         _LOGGER.debug("Device %s opened a pairing session and said no hello", pending.mac)
+    except ConnectionError:
+        _LOGGER.debug("The pairing session of %s ended (a newer one took its place)", pending.mac)
+        return ws
     finally:
         with contextlib.suppress(ConnectionError, RuntimeError):
             await ws.close(code=1000, message=b"enter the code in Home Assistant")

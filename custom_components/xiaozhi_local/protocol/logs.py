@@ -11,6 +11,7 @@ _LOGGER = logging.getLogger(__package__)
 class OnceLogger:
     """Warn about each kind of problem once (again after ``again_after`` seconds, if given).
 
+    ``level`` is that of the first line of a kind (a warning unless told).
     Repeats go to debug; all are counted (diagnostics show ``counts``). ``device_id`` names whose
     problems they are (``Device <id>: …``); empty for the hub's own.
     """
@@ -22,8 +23,10 @@ class OnceLogger:
         *,
         again_after: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        level: int = logging.WARNING,
     ) -> None:
         self.device_id = device_id
+        self.level = level
         self.logger = logger
         self.again_after = again_after
         self.counts: Counter[str] = Counter()
@@ -39,7 +42,7 @@ class OnceLogger:
         if warn:
             self._warned[kind] = now
         where = f"Device {self.device_id}: " if self.device_id else ""
-        self.logger.log(logging.WARNING if warn else logging.DEBUG, "%s%s (%s)", where, message, kind)
+        self.logger.log(self.level if warn else logging.DEBUG, "%s%s (%s)", where, message, kind)
 
     def note(self, kind: str, message: str) -> None:
         """Something normal clients do that is still worth counting: debug only, counted (diagnostics)."""

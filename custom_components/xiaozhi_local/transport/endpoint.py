@@ -107,6 +107,8 @@ SECRET_QUERY_KEYS = ("auth", "token", "key", "secret", "password")
 
 GUESSES: Final = OnceLogger("", _LOGGER, again_after=3600.0)
 """Refused guesses at the device endpoints (a token or Device-Id that is no paired device's)."""
+UNPAIRED: Final = OnceLogger("", _LOGGER, again_after=3600.0, level=logging.INFO)
+"""Requests of clients that are not paired yet (a code not entered, no token)."""
 
 
 def _unauthorized() -> web.Response:
@@ -124,11 +126,13 @@ async def async_refuse(request: web.Request, why: Refused, mac: str | None) -> w
     """
     if why is Refused.CAPPED:
         return _unauthorized()  # said once in the log, with what to change (hub.py)
+    # Anyone may ask OTA for a code and connect with its token, or connect with none: said once an
+    # hour, the rest at debug (counted), so unauthenticated clients cannot fill the log.
     if why is Refused.PENDING:
-        _LOGGER.info("Refused device %s at %s: its code has not been entered yet", mac, request.path)
+        UNPAIRED.report("pending", f"refused device {mac} at {request.path[:100]}: its code has not been entered yet")
         return _unauthorized()
     if why is Refused.NO_TOKEN:
-        _LOGGER.info("Refused device %s at %s: it sent no token (pair it first)", mac, request.path)
+        UNPAIRED.report("no_token", f"refused device {mac} at {request.path[:100]}: it sent no token (pair it first)")
         return _unauthorized()
     if why is Refused.EARLIER:
         _LOGGER.info(
