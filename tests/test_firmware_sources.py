@@ -288,3 +288,34 @@ def test_links_out_of_the_folder_and_forged_names_are_refused(tmp_path: Path, ca
     assert "symbolic link" in folder.refused["bread-compact-wifi_2.5.0.bin"]
     assert "control characters" in folder.refused["bread-compact-wifi_2.6.0\nERROR forged.bin"]
     assert all("\nERROR forged" not in record.getMessage() for record in caplog.records)
+
+
+async def test_a_slow_loris_download_fails_with_a_reason(
+    hass: HomeAssistant, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that sends a byte now and then, never quite stalling: the whole download's time
+    runs out, and the reason says so (it was empty: a bare TimeoutError has no message)."""
+    import asyncio
+
+    from custom_components.xiaozhi_local.firmware import unpack as unpack_module
+    from custom_components.xiaozhi_local.firmware.files import SourceUnavailable
+
+    async def drip(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Length": "1000000"})
+        await response.prepare(request)
+        for _ in range(1000):
+            await response.write(b"x")
+            await asyncio.sleep(0.05)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/image.bin", drip)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    monkeypatch.setattr(unpack_module, "DOWNLOAD_TIMEOUT", 0.5)
+    try:
+        with pytest.raises(SourceUnavailable) as err:
+            await unpack_module.async_download(hass, str(server.make_url("/image.bin")), tmp_path / "image.bin")
+    finally:
+        await server.close()
+    assert str(err.value).endswith(": timed out"), str(err.value)

@@ -40,6 +40,13 @@ def _short(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path}"[:200]
 
 
+def why(err: BaseException) -> str:
+    """What went wrong, never empty (a timeout of the whole download has no message of its own)."""
+    if text := str(err).strip():
+        return text
+    return "timed out" if isinstance(err, TimeoutError) else type(err).__name__
+
+
 def redirect_allowed(source: str, target: str) -> bool:
     """The one redirect rule: to ``http(s)`` on any host, never from ``https`` down to ``http``."""
     scheme = urlsplit(target).scheme
@@ -70,7 +77,7 @@ async def async_open(
                 return
         raise SourceUnavailable(f"{_short(url)} redirects more than {MAX_REDIRECTS} times")
     except (aiohttp.ClientError, TimeoutError) as err:
-        raise SourceUnavailable(f"could not download {_short(url)}: {err or type(err).__name__}") from None
+        raise SourceUnavailable(f"could not download {_short(url)}: {why(err)}") from None
 
 
 async def async_chunks(
@@ -89,7 +96,7 @@ async def async_chunks(
             yield chunk
     except (aiohttp.ClientError, TimeoutError) as err:
         raise SourceUnavailable(
-            f"the download of {_short(str(response.url))} broke off after {size} bytes: {err or type(err).__name__}"
+            f"the download of {_short(str(response.url))} broke off after {size} bytes: {why(err)}"
         ) from None
     whole = expected if expected is not None else announced
     if whole is not None and size != whole:
