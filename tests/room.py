@@ -70,6 +70,9 @@ class RoomPlayer(MediaPlayerEntity):
         self.late: asyncio.Event | None = None  # play_media never returns; the media plays once set
         self.played: list[Played] = []
         self.volumes: list[float] = []
+        self.steps: int | None = None  # takes volumes in this many steps (a coarse player)
+        self.slow: float = 0.0  # seconds each volume takes before the call returns (a slow network speaker)
+        self.polled: float = 0.0  # seconds before its state shows a new volume (Home Assistant polls it)
         self.stops = 0
         self.down = False  # unavailable
         self._playing: asyncio.Task[None] | None = None
@@ -97,9 +100,16 @@ class RoomPlayer(MediaPlayerEntity):
     async def async_set_volume_level(self, volume: float) -> None:
         if self.down:
             raise HomeAssistantError(f"{self.key} is unavailable")
+        if self.slow:
+            await asyncio.sleep(self.slow)
+        if self.steps:
+            volume = round(round(volume * self.steps) / self.steps, 3)
         self.volume = volume
         self.volumes.append(volume)
-        self.async_write_ha_state()
+        if self.polled:  # it took the volume; Home Assistant learns of it at its next poll
+            self.hass.loop.call_later(self.polled, self.async_write_ha_state)
+        else:
+            self.async_write_ha_state()
 
     async def async_media_stop(self) -> None:
         self.stops += 1

@@ -23,7 +23,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry, async_
 
 from custom_components.xiaozhi_local.const import DOMAIN, SUBENTRY_DEVICE
 from custom_components.xiaozhi_local.satellite import quiet, reply_speaker
-from custom_components.xiaozhi_local.satellite.quiet import DUCK_FACTOR
+from custom_components.xiaozhi_local.satellite.quiet import DUCK_FACTOR, MAX_HOLD
 from custom_components.xiaozhi_local.satellite.reply_speaker import END_GRACE
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
@@ -650,3 +650,113 @@ async def test_a_replys_length_is_read_from_its_wav_in_any_form(rate: int, chann
     seconds = await wav_seconds(pieces(), lambda: firsts.append(True))
     assert abs(seconds - 2.0) < 0.001
     assert firsts  # the first audio is marked (Response time's first_audio)
+
+
+# -- the quieter room always gives its volume back ------------------------------------------
+
+TV = "living_room_tv"
+
+
+async def conversation(device: SimulatedDevice) -> None:
+    marker = len(device.log)
+    await device.say(speech_pcm())
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+
+
+async def switch_on(hass: HomeAssistant) -> None:
+    await hass.services.async_call("switch", "turn_on", {"entity_id": SWITCH}, blocking=True)
+
+
+async def test_a_coarse_player_comes_back_each_time(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
+) -> None:
+    """A player of 15 volume steps takes 0.15 as 0.133: that is still ours, so 0.6 comes back after
+    every conversation (it stayed at 0.133 for good)."""
+    tv = room.players[TV]
+    tv.steps = 15
+    await tv.async_set_volume_level(0.6)
+    tv.volumes.clear()
+    await switch_on(hass)
+    for _ in range(3):
+        await conversation(device)
+        await until(lambda: len(tv.volumes) % 2 == 0 and tv.volume == 0.6, timeout=10)
+    assert tv.volumes == [0.133, 0.6] * 3
+
+
+async def test_a_polled_player_comes_back_each_time(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
+) -> None:
+    """Home Assistant learns a polled player's volume seconds late. The give-back saw 0.63 (the
+    lowering not shown yet) and took it for the user's; the next exchange saw the quieter one and
+    took it for the player's own. Neither happens: back to 0.63 after every conversation, the next
+    one starting while the state still shows the quieter volume."""
+    tv = room.players[TV]
+    tv.polled = 2.5
+    await switch_on(hass)
+    quieter = round(0.63 * DUCK_FACTOR, 3)
+    for _ in range(3):
+        await conversation(device)
+        await until(lambda: tv.volumes[-1:] == [0.63], timeout=10)
+    assert tv.volumes == [quieter, 0.63] * 3
+    player = room.entity_id(TV)
+    await until(lambda: hass.states.get(player).attributes.get("volume_level") == 0.63, timeout=10)  # type: ignore[union-attr]
+
+
+async def test_a_slow_player_cut_off_mid_lowering_comes_back(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
+) -> None:
+    """The player takes a second for each volume, and the device drops right after the lowering was
+    sent: the volume back waits for ours to land, then comes (it was read before ours had landed)."""
+    tv = room.players[TV]
+    tv.slow = 1.0
+    await switch_on(hass)
+    turn = asyncio.create_task(device.say(speech_pcm()))
+    player = room.entity_id(TV)
+    await until(lambda: player in hass.data.get(quiet._DUCKED, {}))
+    await device.drop()
+    await asyncio.gather(turn, return_exceptions=True)
+    await until(lambda: tv.volumes == [round(0.63 * DUCK_FACTOR, 3), 0.63], timeout=15)
+    await hass.async_block_till_done()
+    assert tv.volume == 0.63
+
+
+async def test_the_volume_to_give_back_is_on_disk_before_the_player_is_lowered(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice, hass_storage: dict[str, Any]
+) -> None:
+    """Home Assistant killed the moment the player went quieter: the volume it had is on disk."""
+    tv = room.players[TV]
+    on_disk: list[Any] = []
+    lower = tv.async_set_volume_level
+
+    async def noting(volume: float) -> None:
+        on_disk.append(hass_storage.get("xiaozhi_local.ducked", {}).get("data"))
+        await lower(volume)
+
+    tv.async_set_volume_level = noting  # type: ignore[method-assign]
+    await switch_on(hass)
+    await conversation(device)
+    await until(lambda: len(on_disk) == 2, timeout=10)
+    player = room.entity_id(TV)
+    assert on_disk[0] == {"players": {player: {"before": 0.63, "quieter": round(0.63 * DUCK_FACTOR, 3)}}}
+
+
+async def test_a_device_that_keeps_talking_does_not_hold_the_room_down(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reply that never ends (or a device that opens exchange after exchange): after ``MAX_HOLD``
+    the volume comes back, once said, and the next exchanges leave the room alone for as long."""
+    tv = room.players[TV]
+    ready.agent.reply = "A long story. " * 30
+    await switch_on(hass)
+    marker = len(device.log)
+    turn = asyncio.create_task(device.say(speech_pcm()))
+    await device.wait_message(tts("start"), timeout=30, after=marker)
+    assert tv.volume == round(0.63 * DUCK_FACTOR, 3)
+    with caplog.at_level(logging.WARNING):
+        async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=MAX_HOLD + 1))
+        await until(lambda: tv.volume == 0.63, timeout=10)
+    await device.abort("wake_word_detected")
+    await asyncio.gather(turn, return_exceptions=True)
+    await conversation(device)  # within the rest: not lowered again
+    assert tv.volumes == [round(0.63 * DUCK_FACTOR, 3), 0.63]
+    assert len([r for r in caplog.records if "has kept its room quieter" in r.getMessage()]) == 1

@@ -6,6 +6,12 @@ back to exactly the volume they had 1.5 s after it ends (a continued conversatio
 when the device drops, or when its entity goes. A volume someone changed meanwhile is left as they
 set it; a player that cannot take its volume back now gets it when it is available again. The
 reply speaker (``reply_speaker.py``) gets its own volume back before it plays a reply.
+
+Always given back: the volume to restore is read before ours is sent and written to disk before
+the player is lowered (a kill at any moment loses nothing); the give-back waits for the lowering
+to land (a slow player would otherwise take it after); a volume near the quieter one counts as
+ours (players round to their steps); and a device that keeps talking holds the room down for
+``MAX_HOLD`` s at most.
 """
 
 import asyncio
@@ -25,7 +31,7 @@ from homeassistant.const import ATTR_ENTITY_ID, ATTR_SUPPORTED_FEATURES, SERVICE
 from homeassistant.core import CALLBACK_TYPE, Event, EventStateChangedData, HomeAssistant, callback
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import device_registry as dr, entity_registry as er
-from homeassistant.helpers.event import async_track_state_change_event
+from homeassistant.helpers.event import async_call_later, async_track_state_change_event
 from homeassistant.helpers.storage import Store
 from homeassistant.util.hass_dict import HassKey
 import probatio as vol
@@ -45,8 +51,12 @@ RESTORE_AFTER: Final = 1.5
 conversation starts sooner, and keeps it down)."""
 VOLUME_TIMEOUT: Final = 5.0
 """Seconds a player has to take a volume."""
-SAME_VOLUME: Final = 0.005
-"""Volumes closer than this are the same (players round what they are given)."""
+SAME_VOLUME: Final = 0.07
+"""Volumes closer than this are the same: players round what they are given to their steps (a
+player of 15 steps takes 0.1575 as 0.133); a volume further from ours was set by someone else."""
+MAX_HOLD: Final = 300.0
+"""Seconds a device holds its room down at most: then the volume comes back, and the device does not
+lower it again until it has been quiet for as long."""
 PLAYING: Final = frozenset({MediaPlayerState.PLAYING, MediaPlayerState.BUFFERING})
 
 
@@ -64,11 +74,17 @@ class _Ducked:
     quieter: float
     holders: set[str] = field(default_factory=set)  # MACs: the volume comes back when none is left
     returning: CALLBACK_TYPE | None = None  # waits for the player to be available again
+    lowering: asyncio.Task[Any] | None = None  # our volume on its way: the give-back waits for it
 
 
 _DUCKED: HassKey[dict[str, _Ducked]] = HassKey(f"{DOMAIN}_ducked")
 """Every player made quieter, by entity id: shared, as two devices of a room may talk at once."""
 _STORE: HassKey[Store[dict[str, Any]]] = HassKey(f"{DOMAIN}_ducked_store")
+_GIVEN_BACK: HassKey[dict[str, tuple[float, float, float]]] = HassKey(f"{DOMAIN}_given_back")
+"""Volumes given back lately, by player: (the volume, the quieter one, when). A player Home
+Assistant polls shows ours for a while after: the next exchange must not take it for its own."""
+GIVEN_BACK_MEMORY: Final = 30.0
+"""Seconds a volume given back is remembered (a polled player updates within its poll interval)."""
 SAVE_DELAY: Final = 1.0
 """Seconds after a change before the players made quieter are written (Home Assistant writes at its stop)."""
 
@@ -80,15 +96,15 @@ def _store(hass: HomeAssistant) -> Store[dict[str, Any]]:
     return store
 
 
+def _to_save(hass: HomeAssistant) -> dict[str, Any]:
+    shared = hass.data.get(_DUCKED, {})
+    return {"players": {player: {"before": d.before, "quieter": d.quieter} for player, d in shared.items()}}
+
+
 @callback
 def _async_changed(hass: HomeAssistant) -> None:
     """The players made quieter changed: written soon, so that a restart does not lose a volume."""
-
-    def to_save() -> dict[str, Any]:
-        shared = hass.data.get(_DUCKED, {})
-        return {"players": {player: {"before": d.before, "quieter": d.quieter} for player, d in shared.items()}}
-
-    async_save_later(hass, _store(hass), to_save, SAVE_DELAY)
+    async_save_later(hass, _store(hass), lambda: _to_save(hass), SAVE_DELAY)
 
 
 async def async_forget_volumes(hass: HomeAssistant) -> None:
@@ -142,6 +158,9 @@ class QuietRoom:
         self._background = background
         self._mine: set[str] = set()  # the players this device holds down
         self._restore: asyncio.TimerHandle | None = None
+        self._held_since: float | None = None  # when it began to hold the room down
+        self._rest_until = 0.0  # it held the room down too long: it does not lower it again before
+        self._limit: CALLBACK_TYPE | None = None
 
     @property
     def _ducked(self) -> dict[str, _Ducked]:
@@ -173,6 +192,12 @@ class QuietRoom:
             self._restore = None
         if chosen(self._entry(), self.device, CONF_DUCK_ROOM) is not True:
             return
+        now = self.hass.loop.time()
+        if now < self._rest_until:
+            return
+        if self._held_since is not None and now - self._held_since >= MAX_HOLD:
+            self._held_too_long(None)
+            return
         for player in self._area_players():
             if player in self._mine:
                 continue
@@ -190,11 +215,28 @@ class QuietRoom:
             volume = state.attributes.get(ATTR_MEDIA_VOLUME_LEVEL)
             if MediaPlayerEntityFeature.VOLUME_SET not in features or not isinstance(volume, (int, float)):
                 continue
+            volume = _own_volume(self.hass, player, float(volume), now)
             quieter = round(float(volume) * DUCK_FACTOR, 3)
-            self._ducked[player] = _Ducked(float(volume), quieter, {self.device.mac})
-            _async_changed(self.hass)
+            ducked = self._ducked[player] = _Ducked(float(volume), quieter, {self.device.mac})
             self._mine.add(player)
-            self._background(self._async_volume(player, quieter), "duck")
+            ducked.lowering = self._background(self._async_lower(player, ducked), "duck")
+        if self._mine and self._held_since is None:
+            self._held_since = now
+            self._limit = async_call_later(self.hass, MAX_HOLD, self._held_too_long)
+
+    @callback
+    def _held_too_long(self, _now: Any) -> None:
+        """The device has held its room down for ``MAX_HOLD`` s: the volume comes back, and stays."""
+        if not self._mine:
+            return
+        _LOGGER.warning(
+            "%s has kept its room quieter for %d minutes: the volume comes back, and it is not lowered "
+            "again until the device has been quiet as long",
+            self.device.name,
+            int(MAX_HOLD // 60),
+        )
+        self.give_back()
+        self._rest_until = self.hass.loop.time() + MAX_HOLD
 
     @callback
     def later(self) -> None:
@@ -211,6 +253,10 @@ class QuietRoom:
         if self._restore is not None:
             self._restore.cancel()
             self._restore = None
+        if self._limit is not None:
+            self._limit()
+            self._limit = None
+        self._held_since = None
         for player in list(self._mine):
             back = self.async_give_back(player)
             watched(self.hass.async_create_task(back, f"xiaozhi_local volume back {self.device.mac}", eager_start=True))
@@ -228,11 +274,17 @@ class QuietRoom:
             return  # another device of the room still talks; or it waits for the player already
         await _async_give_back(self.hass, player, ducked)
 
-    async def _async_volume(self, player: str, level: float) -> None:
+    async def _async_lower(self, player: str, ducked: _Ducked) -> None:
+        """On disk first (a kill at any moment loses no volume), then the player lowered."""
         try:
-            await _async_set_volume(self.hass, player, level)
-        except (HomeAssistantError, TimeoutError, vol.Invalid) as err:
-            _LOGGER.warning("%s: the volume of %s could not be lowered: %s", self.device.name, player, err)
+            await _store(self.hass).async_save(_to_save(self.hass))
+        except OSError as err:  # the volume is still kept in memory, and written at the next change
+            _LOGGER.warning("%s: the volume of %s could not be written down: %s", self.device.name, player, err)
+        if ducked.holders:  # not given back meanwhile
+            try:
+                await _async_set_volume(self.hass, player, ducked.quieter)
+            except (HomeAssistantError, TimeoutError, vol.Invalid) as err:
+                _LOGGER.warning("%s: the volume of %s could not be lowered: %s", self.device.name, player, err)
 
     @callback
     def release(self) -> None:
@@ -246,6 +298,16 @@ class QuietRoom:
             for ducked in list(self._ducked.values()):
                 if ducked.returning is not None:
                     ducked.returning()
+
+
+def _own_volume(hass: HomeAssistant, player: str, volume: float, now: float) -> float:
+    """The player's own volume: the one given back lately when it still shows the quieter one."""
+    given = hass.data.setdefault(_GIVEN_BACK, {})
+    for gone in [key for key, (_b, _q, at) in given.items() if now - at > GIVEN_BACK_MEMORY]:
+        del given[gone]
+    if (recent := given.get(player)) is not None and abs(volume - recent[1]) <= SAME_VOLUME:
+        return recent[0]
+    return volume
 
 
 async def _async_set_volume(hass: HomeAssistant, player: str, level: float) -> None:
@@ -264,10 +326,15 @@ async def _async_give_back(hass: HomeAssistant, player: str, ducked: _Ducked) ->
     When it cannot take it now: once it is available again (the wait ends when the entry unloads).
     """
     shared = hass.data.setdefault(_DUCKED, {})
+    if (lowering := ducked.lowering) is not None and not lowering.done():
+        await asyncio.wait({lowering}, timeout=VOLUME_TIMEOUT + 1)  # ours first, then the volume back
     state = hass.states.get(player)
     if state is not None and state.state != STATE_UNAVAILABLE:
         volume = state.attributes.get(ATTR_MEDIA_VOLUME_LEVEL)
-        if isinstance(volume, (int, float)) and abs(float(volume) - ducked.quieter) > SAME_VOLUME:
+        theirs = isinstance(volume, (int, float)) and all(
+            abs(float(volume) - ours) > SAME_VOLUME for ours in (ducked.quieter, ducked.before)
+        )
+        if theirs:
             _LOGGER.debug("%s was set to %s meanwhile; left so", player, volume)
             if shared.get(player) is ducked:
                 shared.pop(player)
@@ -278,6 +345,7 @@ async def _async_give_back(hass: HomeAssistant, player: str, ducked: _Ducked) ->
         except (HomeAssistantError, TimeoutError, vol.Invalid) as err:
             why = str(err) or type(err).__name__
         else:
+            hass.data.setdefault(_GIVEN_BACK, {})[player] = (ducked.before, ducked.quieter, hass.loop.time())
             if shared.get(player) is ducked and not ducked.holders:
                 shared.pop(player)
                 _async_changed(hass)
