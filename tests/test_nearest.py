@@ -17,7 +17,13 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local import logbook
-from custom_components.xiaozhi_local.const import CONF_NEAREST, CONF_NEAREST_BY_AREA, DOMAIN, EVENT_NEAREST
+from custom_components.xiaozhi_local.const import (
+    CONF_NEAREST,
+    CONF_NEAREST_BY_AREA,
+    DOMAIN,
+    EVENT_NEAREST,
+    EVENT_WAKE_IGNORED,
+)
 from custom_components.xiaozhi_local.diagnostics import async_get_config_entry_diagnostics
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from custom_components.xiaozhi_local.protocol.loudness import speech_over_noise, wake_score
@@ -223,34 +229,63 @@ async def test_alone_it_does_not_wait(
         await device.drop()
 
 
-async def test_switched_off_or_in_other_areas_both_go_on(
+async def test_in_other_areas_both_answer_the_same_wake_word(
     hass: HomeAssistant,
     ready: Voice,
     websocket_pair: tuple[SimulatedDevice, SimulatedDevice],
     area_registry: ar.AreaRegistry,
     device_registry: dr.DeviceRegistry,
 ) -> None:
-    """Different areas with "keep areas apart": no contest (each area's nearest answers); the same
-    with the switch off. (Home Assistant's own rule still stops a second turn with the same phrase
-    at the same moment, so each wakes on a phrase of its own here.)"""
+    """Different areas with "keep areas apart": the same wake word said in each at the same moment
+    (two people), no contest, and both answer: Home Assistant's own rule (one wake phrase per 2 s,
+    from any satellite) does not silence the second, three times in a row."""
     far, near = websocket_pair
     hub = hub_of(hass)
     for mac, name in ((MAC, "Kitchen"), (MAC2, "Study")):
         area = area_registry.async_get_or_create(name)
         device_registry.async_update_device(hub.devices[mac].device_id, area_id=area.id)
     decisions = EventWaiter(hass, EVENT_NEAREST)
-    for options in ({CONF_NEAREST_BY_AREA: True}, {CONF_NEAREST: False}):
-        hass.config_entries.async_update_entry(hub.entry, options={**hub.entry.options, **options})
-        await hass.async_block_till_done()
+    ignored = EventWaiter(hass, EVENT_WAKE_IGNORED)
+    hass.config_entries.async_update_entry(hub.entry, options={**hub.entry.options, CONF_NEAREST_BY_AREA: True})
+    await hass.async_block_till_done()
+    for _ in range(3):
+        for sim in (far, near):
+            if sim.closed.is_set():
+                await sim.connect()
+                sim.relisten = False
         marks = (len(far.log), len(near.log))
-        await asyncio.gather(
-            far.say(speech_pcm(), wake_word="你好小智", silence_after=1.0),
-            near.say(speech_pcm(), wake_word="Hi ESP", silence_after=1.0),
-        )
+        await asyncio.gather(*await wake_together(far, near))
         for sim, mark in zip((far, near), marks, strict=True):
             await sim.wait_message(lambda m: m.get("type") == "tts" and m.get("state") == "stop", 30, after=mark)
-        hass.config_entries.async_update_entry(hub.entry, options={**hub.entry.options, CONF_NEAREST_BY_AREA: False})
     assert decisions.events == []
+    assert ignored.events == []
+
+
+async def test_switched_off_home_assistants_rule_applies_and_says_so(
+    hass: HomeAssistant, ready: Voice, websocket_pair: tuple[SimulatedDevice, SimulatedDevice]
+) -> None:
+    """ "The nearest answers" off: Home Assistant's own rule decides (the second wake of the same
+    phrase within 2 s is refused), and the device it silenced gets an event and a logbook line."""
+    far, near = websocket_pair
+    hub = hub_of(hass)
+    hass.config_entries.async_update_entry(hub.entry, options={**hub.entry.options, CONF_NEAREST: False})
+    await hass.async_block_till_done()
+    decisions = EventWaiter(hass, EVENT_NEAREST)
+    ignored = EventWaiter(hass, EVENT_WAKE_IGNORED)
+    tasks = await wake_together(far, near)
+    await until(lambda: answered(far) or answered(near), timeout=30)
+    (event,) = await ignored.wait()
+    await asyncio.gather(*tasks)
+    silenced = far if event.data["device_id"] == hub.devices[MAC].device_id else near
+    await silenced.wait_closed()
+    assert not answered(silenced)
+    assert no_alert(silenced)
+    assert decisions.events == []
+    described: dict[tuple[str, str], Any] = {}
+    logbook.async_describe_events(hass, lambda domain, kind, describe: described.setdefault((domain, kind), describe))
+    line = described[DOMAIN, EVENT_WAKE_IGNORED](event)
+    assert line["name"] == ("Kitchen" if silenced is far else "Desk")
+    assert line["message"].startswith("heard the wake word, but Home Assistant ignored it")
 
 
 async def test_a_device_without_wake_audio_loses_to_one_with_it(
@@ -286,7 +321,7 @@ def test_the_score_is_speech_over_the_recordings_own_noise() -> None:
     assert far < near - 8
     assert wake_score([b"not opus at all"] * 40) is None  # nothing decodes: no score
     assert wake_score(mic_packets(wake_clip(-20, -50))[:2]) is None  # 0.12 s: too short to tell
-    assert speech_over_noise(bytes(32000)) == 0.0  # digital silence: no speech over it
+    assert speech_over_noise(bytes(32000)) is None  # digital silence: no microphone made it
 
 
 async def test_a_flood_of_wakes_and_endless_audio_stay_bounded(

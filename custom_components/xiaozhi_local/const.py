@@ -85,6 +85,7 @@ MAX_OTA_BODY: Final = 64 * 1024
 
 EVENT_NOTIFICATION: Final = f"{DOMAIN}_notification"
 EVENT_NEAREST: Final = f"{DOMAIN}_nearest"  # several heard one wake word: who answers, the others, scores
+EVENT_WAKE_IGNORED: Final = f"{DOMAIN}_wake_ignored"  # Home Assistant refused a wake (its duplicate-wake rule)
 EVENT_TOOL_ERROR: Final = f"{DOMAIN}_tool_error"
 """A ``control`` tool of a registerTools client failed after it was reported done."""
 

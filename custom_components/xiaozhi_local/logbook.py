@@ -7,7 +7,7 @@ from homeassistant.components.logbook import LOGBOOK_ENTRY_ICON, LOGBOOK_ENTRY_M
 from homeassistant.core import Event, HomeAssistant, callback
 from homeassistant.helpers import device_registry as dr
 
-from .const import DOMAIN, EVENT_NEAREST
+from .const import DOMAIN, EVENT_NEAREST, EVENT_WAKE_IGNORED
 
 ICON = "mdi:account-voice"
 
@@ -49,3 +49,14 @@ def async_describe_events(
         }
 
     async_describe_event(DOMAIN, EVENT_NEAREST, describe)
+
+    @callback
+    def describe_ignored(event: Event) -> dict[str, str]:
+        return {
+            LOGBOOK_ENTRY_ICON: ICON,
+            LOGBOOK_ENTRY_NAME: name(event.data.get("device_id")),
+            LOGBOOK_ENTRY_MESSAGE: "heard the wake word, but Home Assistant ignored it: the same wake word "
+            "had started a conversation on another voice assistant less than 2 seconds before",
+        }
+
+    async_describe_event(DOMAIN, EVENT_WAKE_IGNORED, describe_ignored)

@@ -244,6 +244,8 @@ class Listening:
 
         runner.events_for = run
         try:
+            if wake_phrase is not None:
+                wake_phrase = runner.entry().runtime_data.nearest.phrase_for(runner.device, wake_phrase)
             await self._accept(pcm(), wake_phrase)
         except Exception:
             _LOGGER.exception("Device %s: the voice pipeline failed", runner.device.mac)

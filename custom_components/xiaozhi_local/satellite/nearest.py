@@ -7,6 +7,11 @@ each is scored from its own recording (``protocol/loudness.py``: speech over its
 microphone's gain does not decide); the best goes on, the others are ended quietly. A device
 without wake audio wins only when no device with wake audio competes. Typed text, buttons,
 barge-in and conversations Home Assistant starts never come here.
+
+A paired device in hostile hands cannot take the home's wake words: a score is bounded to what a
+voice near a microphone gives (``protocol/loudness.py``), a device that wakes far more often than
+people speak stops competing for a while (``WAKES_PER_MINUTE``, ``BENCHED_FOR``), and a device that
+reports after the choice loses only to a winner that scored at least as well.
 """
 
 import asyncio
@@ -21,6 +26,7 @@ from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers.event import async_call_later
 
 from ..device import XiaozhiDevice
+from ..limits import SlidingWindow
 from ..protocol.loudness import wake_score
 from ..tasks import watched
 
@@ -41,6 +47,14 @@ RECENT_DECISIONS: Final = 10
 """Decisions kept for diagnostics."""
 CHECK_EVERY: Final = 0.05
 """How often a round that waits for an opening device looks again."""
+WAKES_PER_MINUTE: Final = 10
+WAKE_WINDOW: Final = 60.0
+"""Rounds a device may open or join in a minute (``WAKE_WINDOW`` s). People say a wake word a few times a minute at
+most (a conversation's follow-ups do not wake); past it the device is a TV, a fault or a hostile
+client, and does not compete for ``BENCHED_FOR`` s."""
+BENCHED_FOR: Final = 600.0
+"""Seconds a device that woke too often does not compete: it goes on only when no other device
+heard the word (it never makes another lose), and loses to any that did."""
 
 
 @dataclass(slots=True, eq=False)
@@ -52,6 +66,7 @@ class Contender:
     audio: Callable[[], list[bytes]]  # its wake audio so far (read when the round decides)
     won: asyncio.Future[bool]
     score: asyncio.Future[float | None] | None = None  # scored at once when its audio is complete
+    benched: bool = False  # it woke too often: it does not compete
 
 
 @dataclass(slots=True, eq=False)
@@ -72,6 +87,7 @@ class Decided:
     opened: float  # the round's first wake
     winner: XiaozhiDevice
     record: dict[str, Any]
+    score: float | None  # the winner's (None: it won without a score, or does not compete)
 
 
 def _retrieved(future: asyncio.Future[float | None]) -> None:
@@ -102,6 +118,8 @@ class Nearest:
         self._decided: dict[str, Decided] = {}
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)
         self.rounds = 0  # rounds decided (one device alone in a round waited for nobody in the end)
+        self._wakes: dict[str, SlidingWindow] = {}  # by MAC: each device's recent wakes
+        self._benched: dict[str, float] = {}  # by MAC: until when it does not compete
 
     def _group(self, device: XiaozhiDevice, apart: bool) -> str:
         return (self._area_of(device) or "") if apart else ""
@@ -133,26 +151,92 @@ class Nearest:
         loop = self._hass.loop
         now = loop.time()
         won: asyncio.Future[bool] = loop.create_future()
+        benched = self._count_wake(device, now)
         decided = self._decided.get(group)
-        if decided is not None and now - decided.opened <= LATE and decided.winner is not device:
-            self._late(decided, device, now)
-            won.set_result(False)
+        late = decided is not None and now - decided.opened <= LATE and decided.winner is not device
+        if late and group not in self._rounds:  # a round open now is the word's: it joins that one
+            assert decided is not None
+            packets = wake_audio() if complete and not benched else []
+            watched(
+                self._hass.async_create_background_task(
+                    self._async_late(decided, device, now, packets, won), "xiaozhi_local nearest late"
+                )
+            )
             return won
         if (current := self._rounds.get(group)) is None:
             current = self._rounds[group] = Round(group, now)
         if (before := current.contenders.pop(device.mac, None)) is not None and not before.won.done():
             before.won.set_result(False)  # woke again within the round: its newer wake counts
-        contender = current.contenders[device.mac] = Contender(device, now, wake_audio, won)
-        if complete and (packets := wake_audio()):
+        contender = current.contenders[device.mac] = Contender(device, now, wake_audio, won, benched=benched)
+        if complete and not benched and (packets := wake_audio()):
             contender.score = loop.run_in_executor(self._executor(), wake_score, packets)
             contender.score.add_done_callback(_retrieved)  # a replaced claim's score is read by nobody
         self._check(current)
         return won
 
-    def _late(self, decided: Decided, device: XiaozhiDevice, now: float) -> None:
-        """``device`` reported the word after the choice: it loses, and that is said like a choice."""
+    def _count_wake(self, device: XiaozhiDevice, now: float) -> bool:
+        """One more wake of ``device``; whether it does not compete now (it woke too often)."""
+        until = self._benched.get(device.mac)
+        if until is not None and now < until:
+            return True
+        self._benched.pop(device.mac, None)
+        if device.mac not in self._wakes:
+            known = {d.mac for d in self._devices()}
+            for gone in [mac for mac in self._wakes if mac not in known]:  # removed devices
+                del self._wakes[gone]
+            self._wakes[device.mac] = SlidingWindow(WAKES_PER_MINUTE + 1, WAKE_WINDOW, clock=self._hass.loop.time)
+        if self._wakes[device.mac].count() <= WAKES_PER_MINUTE:
+            return False
+        self._benched[device.mac] = now + BENCHED_FOR
+        del self._wakes[device.mac]
+        device.log.report(
+            "wakes_too_often",
+            f"woke more than {WAKES_PER_MINUTE} times in a minute: for {int(BENCHED_FOR // 60)} minutes it answers "
+            "only when no other device heard the wake word",
+        )
+        return True
+
+    @callback
+    def phrase_for(self, device: XiaozhiDevice, phrase: str) -> str:
+        """The wake phrase as Home Assistant's pipeline is told it for ``device``.
+
+        Home Assistant refuses a phrase it heard from any satellite in the last 2 s
+        (``WAKE_WORD_COOLDOWN``). While the nearest device answers, the rounds choose among these
+        devices; areas kept apart must each answer, and a device that woke a moment before (or
+        one that wakes again and again) must not silence the next. So each device's phrase
+        reaches it as its own. Off, it is the plain phrase and Home Assistant's rule applies.
+        """
+        on, _apart = self._settings()
+        return f"{phrase} · {device.name}" if on else phrase
+
+    def benched(self, device: XiaozhiDevice) -> bool:
+        """Whether ``device`` does not compete now (it woke too often)."""
+        return self._benched.get(device.mac, 0.0) > self._hass.loop.time()
+
+    async def _async_late(
+        self, decided: Decided, device: XiaozhiDevice, now: float, packets: list[bytes], won: asyncio.Future[bool]
+    ) -> None:
+        """``device`` reported the word after the choice: it loses to a winner that scored as well.
+
+        Said like a choice. Otherwise it goes on too: arriving first is no way to silence a device
+        that heard the word better.
+        """
+        score: float | None = None
+        if packets:
+            try:
+                score = await self._hass.loop.run_in_executor(self._executor(), wake_score, packets)
+            except Exception:  # a recording that cannot be scored competes without audio
+                _LOGGER.debug("%s: its wake audio could not be scored", device.name, exc_info=True)
+        if score is not None and (decided.score is None or score > decided.score):
+            _LOGGER.debug("%s woke after %s's choice but heard it better (%s dB): it answers too",
+                          device.name, decided.winner.name, score)  # fmt: skip
+            if not won.done():
+                won.set_result(True)
+            return
         _LOGGER.debug("%s woke %.0f ms after %s's wake, after the choice: it does not answer", device.name,
                       (now - decided.opened) * 1000, decided.winner.name)  # fmt: skip
+        if not won.done():
+            won.set_result(False)
         record = decided.record
         if device.name not in record["late"]:
             record["late"].append(device.name)
@@ -213,7 +297,8 @@ class Nearest:
         scores: dict[str, float | None] = {}
         loop = self._hass.loop
         for contender in contenders:  # about 3 ms each, on the codec thread
-            packets = [] if len(contenders) < 2 or contender.score is not None else contender.audio()
+            skip = len(contenders) < 2 or contender.score is not None or contender.benched
+            packets = [] if skip else contender.audio()
             try:
                 if contender.score is not None:
                     scores[contender.device.mac] = await contender.score
@@ -224,11 +309,12 @@ class Nearest:
             except Exception:  # a recording that cannot be scored competes without audio
                 _LOGGER.debug("%s: its wake audio could not be scored", contender.device.name, exc_info=True)
                 scores[contender.device.mac] = None
-        scored = [c for c in contenders if scores[c.device.mac] is not None]
+        competing = [c for c in contenders if not c.benched] or contenders
+        scored = [c for c in competing if scores[c.device.mac] is not None]
         if scored:
             winner = max(scored, key=lambda c: (scores[c.device.mac] or 0.0, -c.arrived))
         else:
-            winner = min(contenders, key=lambda c: c.arrived)
+            winner = min(competing, key=lambda c: c.arrived)
         record = {
             "winner": winner.device.name,
             "others": [c.device.name for c in contenders if c is not winner],
@@ -236,7 +322,7 @@ class Nearest:
             "waited_ms": round((self._hass.loop.time() - current.opened) * 1000, 1),
             "late": [],
         }
-        self._decided[current.group] = Decided(current.opened, winner.device, record)
+        self._decided[current.group] = Decided(current.opened, winner.device, record, scores[winner.device.mac])
         if len(contenders) > 1:
             self.recent.append(record)
         for contender in contenders:

@@ -22,6 +22,7 @@ from homeassistant.core import callback
 from ..const import (
     CONF_IDLE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
+    EVENT_WAKE_IGNORED,
 )
 from ..device import XiaozhiDevice
 from ..errors import translated_error
@@ -266,8 +267,12 @@ class Runner:
         code = data.get("code")
         message = str(data.get("message") or code or "error")
         if code == "duplicate_wake_up_detected":
-            # Another box in the room heard the same wake word and answers: end quietly.
-            self.end_conversation(run, "another device answers")
+            # Home Assistant's rule: the same wake word started a conversation on some satellite in
+            # the last 2 s (another box in the room answers). Ended quietly, and said where people look.
+            self.end_conversation(run, "Home Assistant ignored a repeated wake word")
+            self.hass.bus.async_fire(
+                EVENT_WAKE_IGNORED, {"device_id": self.device.device_id, "reason": "duplicate_wake_up"}
+            )
         elif code in CANNOT_SERVE:
             pipeline = self.pipeline()
             # An engine not chosen, or chosen but gone (its provider missing, or refusing our format).
