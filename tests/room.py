@@ -32,6 +32,7 @@ FEATURES = (
     | MediaPlayerEntityFeature.VOLUME_SET
     | MediaPlayerEntityFeature.MEDIA_ANNOUNCE
     | MediaPlayerEntityFeature.STOP
+    | MediaPlayerEntityFeature.SEEK
 )
 
 
@@ -73,13 +74,19 @@ class RoomPlayer(MediaPlayerEntity):
         self.steps: int | None = None  # takes volumes in this many steps (a coarse player)
         self.slow: float = 0.0  # seconds each volume takes before the call returns (a slow network speaker)
         self.polled: float = 0.0  # seconds before its state shows a new volume (Home Assistant polls it)
+        self.polls = False  # Home Assistant polls it: the end of what it plays shows at its next poll
         self.stops = 0
+        self.seeks: list[float] = []
         self.down = False  # unavailable
         self._playing: asyncio.Task[None] | None = None
         self._attr_name = key.replace("_", " ").title()
         self._attr_unique_id = key
         self._attr_supported_features = FEATURES if announce else FEATURES & ~MediaPlayerEntityFeature.MEDIA_ANNOUNCE
         self._attr_media_content_id = "music" if state == MediaPlayerState.PLAYING else None
+
+    @property
+    def should_poll(self) -> bool:
+        return self.polls
 
     @property
     def available(self) -> bool:
@@ -116,7 +123,16 @@ class RoomPlayer(MediaPlayerEntity):
         if self._playing is not None:
             self._playing.cancel()
 
+    async def async_media_seek(self, position: float) -> None:
+        self.seeks.append(position)
+        self._attr_media_position = int(position)
+        self.async_write_ha_state()
+
     async def async_play_media(self, media_type: MediaType | str, media_id: str, **kwargs: Any) -> None:
+        if not media_id.startswith("http"):  # its own media (music from its library): it plays it
+            self.state_now, self._attr_media_content_id = MediaPlayerState.PLAYING, media_id
+            self.async_write_ha_state()
+            return
         if self.fail is not None:
             raise HomeAssistantError(self.fail)
         if self.fails_from is not None and len(self.played) >= self.fails_from:
@@ -153,7 +169,8 @@ class RoomPlayer(MediaPlayerEntity):
             played.ended = asyncio.get_running_loop().time()
             if self.reports:
                 self.state_now, self._attr_media_content_id = before
-                self.async_write_ha_state()
+                if not self.polls:  # a polled one: Home Assistant learns it at its next poll
+                    self.async_write_ha_state()
 
 
 def media_seconds(body: bytes) -> float:

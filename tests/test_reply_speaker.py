@@ -11,18 +11,18 @@ import logging
 from typing import Any
 
 from aiohttp.test_utils import TestClient
-from homeassistant.components.media_player import MediaPlayerState
+from homeassistant.components.media_player import MediaPlayerEntityFeature, MediaPlayerState
 from homeassistant.config_entries import ConfigSubentry
 from homeassistant.const import CONF_MAC, CONF_TOKEN, EVENT_HOMEASSISTANT_FINAL_WRITE
 from homeassistant.core import HomeAssistant
-from homeassistant.helpers import entity_registry as er, intent, issue_registry as ir
+from homeassistant.helpers import device_registry as dr, entity_registry as er, intent, issue_registry as ir
 from homeassistant.helpers.event import async_track_state_change_event
 from homeassistant.util import dt as dt_util
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
 from custom_components.xiaozhi_local.const import DOMAIN, SUBENTRY_DEVICE
-from custom_components.xiaozhi_local.satellite import quiet, reply_speaker
+from custom_components.xiaozhi_local.satellite import reply_speaker, volumes
 from custom_components.xiaozhi_local.satellite.quiet import DUCK_FACTOR, MAX_HOLD
 from custom_components.xiaozhi_local.satellite.reply_speaker import END_GRACE
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
@@ -223,9 +223,11 @@ async def test_a_player_that_cannot_play_leaves_the_reply_on_the_device_and_a_re
     speaker = room.players["living_room_speaker"]
     await choose(hass, room.entity_id("living_room_speaker"))
     speaker.fail = "the speaker is asleep"
+    # Named as the user named them: the device on its page, the player as Home Assistant shows it.
+    dr.async_get(hass).async_update_device(hub_device(hass).device_id, name_by_user="Kitchen counter")
     assert await said_by_the_device(device, issue_registry) == {
-        "device": "Kitchen",
-        "player": room.entity_id("living_room_speaker"),
+        "device": "Kitchen counter",
+        "player": "Living Room Speaker",
         "reason": "the speaker is asleep",
     }
     assert "could not play (the speaker is asleep)" in caplog.text
@@ -240,6 +242,11 @@ async def test_a_player_that_cannot_play_leaves_the_reply_on_the_device_and_a_re
     await device.say(speech_pcm())
     await device.wait_message(tts("stop"), timeout=30, after=marker)
     assert len(speaker.played) == 1
+    assert issue_registry.async_get_issue(DOMAIN, ISSUE) is None
+    # Its advice followed (this device says the replies): the notice goes at once.
+    speaker.set_down(True)
+    await said_by_the_device(device, issue_registry)
+    await choose(hass, "device")
     assert issue_registry.async_get_issue(DOMAIN, ISSUE) is None
 
 
@@ -419,7 +426,7 @@ async def test_a_volume_still_to_give_back_survives_a_restart(
     await hass.async_block_till_done()
     saved = hass_storage["xiaozhi_local.ducked"]["data"]["players"]
     assert saved == {room.entity_id("living_room_tv"): {"before": 0.63, "quieter": round(0.63 * DUCK_FACTOR, 3)}}
-    for key in (quiet._DUCKED, quiet._STORE):  # a new process: nothing of the old one in memory
+    for key in (volumes.DUCKED, volumes.STORE):  # a new process: nothing of the old one in memory
         hass.data.pop(key)
     assert await hass.config_entries.async_setup(entry_id)
     await hass.async_block_till_done()
@@ -443,10 +450,10 @@ async def test_a_player_deleted_while_it_is_owed_its_volume_is_forgotten(
 ) -> None:
     tv = room.players["living_room_tv"]
     await owed_a_volume(hass, device, tv, caplog)
-    assert room.entity_id("living_room_tv") in hass.data[quiet._DUCKED]
+    assert room.entity_id("living_room_tv") in hass.data[volumes.DUCKED]
     entity_registry.async_remove(room.entity_id("living_room_tv"))
     await hass.async_block_till_done()
-    assert hass.data[quiet._DUCKED] == {}
+    assert hass.data[volumes.DUCKED] == {}
     hass.bus.async_fire(EVENT_HOMEASSISTANT_FINAL_WRITE)
     await hass.async_block_till_done()
     assert hass_storage["xiaozhi_local.ducked"]["data"]["players"] == {}
@@ -480,14 +487,14 @@ async def test_an_unreadable_saved_volume_is_skipped_with_a_warning(
     """Nothing is set from it, the warning names what is wrong, and the store is written clean."""
     tv = room.players["living_room_tv"]
     assert await hass.config_entries.async_unload(setup_integration.entry_id)
-    hass.data.pop(quiet._DUCKED, None)
-    hass.data.pop(quiet._STORE, None)
+    hass.data.pop(volumes.DUCKED, None)
+    hass.data.pop(volumes.STORE, None)
     key = "xiaozhi_local.ducked"
     hass_storage[key] = {"version": 1, "minor_version": 1, "key": key, "data": saved}
     assert await hass.config_entries.async_setup(setup_integration.entry_id)
     await hass.async_block_till_done()
     assert tv.volumes == []
-    assert hass.data[quiet._DUCKED] == {}
+    assert hass.data[volumes.DUCKED] == {}
     assert (warning in caplog.text) if warning else "unreadable" not in caplog.text
     hass.bus.async_fire(EVENT_HOMEASSISTANT_FINAL_WRITE)
     await hass.async_block_till_done()
@@ -712,7 +719,7 @@ async def test_a_slow_player_cut_off_mid_lowering_comes_back(
     await switch_on(hass)
     turn = asyncio.create_task(device.say(speech_pcm()))
     player = room.entity_id(TV)
-    await until(lambda: player in hass.data.get(quiet._DUCKED, {}))
+    await until(lambda: player in hass.data.get(volumes.DUCKED, {}))
     await device.drop()
     await asyncio.gather(turn, return_exceptions=True)
     await until(lambda: tv.volumes == [round(0.63 * DUCK_FACTOR, 3), 0.63], timeout=15)
@@ -760,3 +767,63 @@ async def test_a_device_that_keeps_talking_does_not_hold_the_room_down(
     await conversation(device)  # within the rest: not lowered again
     assert tv.volumes == [round(0.63 * DUCK_FACTOR, 3), 0.63]
     assert len([r for r in caplog.records if "has kept its room quieter" in r.getMessage()]) == 1
+
+
+async def test_a_polled_player_ends_the_reply_within_a_moment_of_its_end(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
+) -> None:
+    """Home Assistant learns a polled player's end at its next poll (MPD: ~10 s; ``tts stop``
+    came 2.7 to 9.9 s late, and a follow-up's microphone with it): the device's ``tts stop`` comes
+    at the reply's length from when it began to play, within 1.5 s of its end."""
+    speaker = room.players["living_room_speaker"]
+    speaker.polls = True
+    await choose(hass, room.entity_id("living_room_speaker"))
+    for _ in range(2):
+        marker = len(device.log)
+        stop = asyncio.ensure_future(seen_at(device, tts("stop"), marker))
+        await device.say(speech_pcm())
+        stopped = await asyncio.wait_for(stop, 30)
+        played = speaker.played[-1]
+        assert played.ended is not None
+        assert played.ended - 0.5 <= stopped <= played.ended + 1.5
+        speaker.async_write_ha_state()  # its next poll
+
+
+async def test_a_player_without_announce_gets_its_music_back(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice
+) -> None:
+    """The TV plays music and cannot announce: the reply replaces its music while it plays, then
+    the music comes back where it was (it was replaced for good)."""
+    tv = room.players["living_room_tv"]
+    tv._attr_supported_features &= ~MediaPlayerEntityFeature.MEDIA_ANNOUNCE
+    tv._attr_media_position = 42
+    tv._attr_media_position_updated_at = dt_util.utcnow()
+    tv.async_write_ha_state()
+    await choose(hass, room.entity_id("living_room_tv"))
+    marker = len(device.log)
+    await device.say(speech_pcm())
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+    await until(lambda: tv.seeks != [], timeout=10)
+    assert len(tv.played) == 1  # the reply, not over the device
+    assert "announce" not in tv.played[0].extra
+    state = hass.states.get(room.entity_id("living_room_tv"))
+    assert state is not None
+    assert (state.state, state.attributes.get("media_content_id")) == ("playing", "music")
+    assert 42.0 <= tv.seeks[0] < 42.0 + 10
+
+
+async def test_a_player_without_announce_playing_what_cannot_be_named_is_left_alone(
+    hass: HomeAssistant, ready: Voice, room: Room, device: SimulatedDevice, issue_registry: ir.IssueRegistry
+) -> None:
+    """Its music cannot be given back (no content id): the device says the reply, no repair."""
+    tv = room.players["living_room_tv"]
+    tv._attr_supported_features &= ~MediaPlayerEntityFeature.MEDIA_ANNOUNCE
+    tv._attr_media_content_id = None
+    tv.async_write_ha_state()
+    await choose(hass, room.entity_id("living_room_tv"))
+    marker, packets = len(device.log), len(device.audio)
+    await device.say(speech_pcm())
+    await device.wait_message(tts("stop"), timeout=30, after=marker)
+    assert tv.played == []
+    assert len(device.audio) > packets  # the device said it
+    assert [i for i in issue_registry.issues.values() if i.domain == DOMAIN] == []

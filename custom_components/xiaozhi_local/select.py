@@ -35,6 +35,7 @@ from .entity import (
     rows_for,
 )
 from .hub import XiaozhiConfigEntry
+from .repairs import async_reply_player_played
 from .tools.table import THEMES, as_option
 from .wake_words.change import WakeWords, describe
 from .wake_words.pack import ENGINE_WAKENET
@@ -234,6 +235,8 @@ class XiaozhiReplySpeakerSelect(XiaozhiEntity, SelectEntity):
     async def async_select_option(self, option: str) -> None:
         """Store it: the next reply plays there."""
         player = None if option == REPLY_ON_DEVICE else player_labels(self.hass).get(option, option)
+        if player != self._chosen:  # the repair's advice followed: another speaker, or the device
+            async_reply_player_played(self.hass, self.device.mac)
         async_store_choice(self.hass, self.entry, self.device, CONF_REPLY_PLAYER, player)
         self.async_write_ha_state()
 

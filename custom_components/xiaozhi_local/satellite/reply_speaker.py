@@ -5,10 +5,15 @@ announcements and questions then play there, with ``announce`` where the player 
 while the device shows the text in its speaking state; its ``tts stop`` (which reopens the
 microphone in a continued conversation) waits until the player has finished. A player says so by
 leaving ``playing``; one that does not (an announcement over music keeps ``playing``) is taken as
-finished when the reply's length (counted from the same audio) has passed. An announcement's
+finished when the reply's length (counted from the same audio) has passed. A player Home Assistant
+polls (MPD, many network speakers) says it only at its next poll, up to 10 s late: it is taken as
+finished at its reply's length from when it began to play, or when it says so, whichever first. An announcement's
 chime plays there before its message, as a satellite plays it. A player that is
 missing, unavailable or refuses the call: the reply plays on the device, and a repair says why (it
-goes when the player plays again). Timers ring on the device (``playback.py``).
+goes when the player plays again). A player without ``announce`` that is playing something has it
+put back after the reply (its media again, at the position it had); when what it plays cannot be
+named, the reply plays on the device and the player is left alone. Timers ring on the device
+(``playback.py``).
 """
 
 import asyncio
@@ -35,9 +40,9 @@ from homeassistant.const import (
     SERVICE_MEDIA_STOP,
     STATE_UNAVAILABLE,
 )
-from homeassistant.core import CALLBACK_TYPE, Event, EventStateChangedData, HomeAssistant, State, callback
+from homeassistant.core import HomeAssistant, callback
 from homeassistant.exceptions import HomeAssistantError
-from homeassistant.helpers.event import async_track_state_change_event
+from homeassistant.helpers import device_registry as dr
 import probatio as vol
 
 from ..const import CONF_REPLY_PLAYER
@@ -47,64 +52,30 @@ from ..protocol import voice
 from ..repairs import async_reply_player_failed, async_reply_player_played
 from ..sound.media import ffmpeg_pcm, full_url, pcm_seconds
 from ..sound.speaker import SpeakerLink, SpeechWatch, TextSource, announcement_seconds, show_sentences
-from .quiet import PLAYING, VOLUME_TIMEOUT, QuietRoom, chosen
+from .player_watch import (
+    PLAY_TIMEOUT,
+    PlayerBusy,
+    PlayerFailed as PlayerFailed,  # noqa: PLC0414 - re-exported: the satellite catches it
+    Playing,
+    Watch,
+    async_resume,
+    async_show,
+    playing_before,
+    polled,
+)
+from .quiet import PLAYING, QuietRoom, chosen
+from .volumes import VOLUME_TIMEOUT
 
 _LOGGER = logging.getLogger(__package__)
 
-PLAY_TIMEOUT: Final = 10.0
-"""Seconds a player has to take the ``play_media`` call before the reply goes to the device."""
 LATE_WATCH: Final = 120.0
 """Seconds a player that did not take the reply in time is watched for starting it late."""
 END_GRACE: Final = 1.5
 """Seconds after the reply's length when a player that does not say it finished is taken as finished."""
 END_LIMIT: Final = 30.0
 """Seconds after the reply's length after which the device stops waiting for any player."""
-
-
-class PlayerFailed(Exception):
-    """The chosen player cannot play the reply (the reason, for the log and the repair).
-
-    ``chimed``: an announcement's chime played there already (the device says only the message).
-    """
-
-    chimed = False
-
-
-class _Watch:
-    """A player's states from the moment it is entered (the last 16), and an event on each change."""
-
-    def __init__(self, hass: HomeAssistant, player: str) -> None:
-        self._hass = hass
-        self._player = player
-        self.states: list[State] = []
-        self.changed = asyncio.Event()
-        self._remove: CALLBACK_TYPE | None = None
-
-    @callback
-    def _on_change(self, event: Event[EventStateChangedData]) -> None:
-        if (new := event.data["new_state"]) is not None:
-            self.states.append(new)
-            del self.states[:-16]
-        self.changed.set()
-
-    async def __aenter__(self) -> _Watch:
-        self._remove = async_track_state_change_event(self._hass, self._player, self._on_change)
-        return self
-
-    async def __aexit__(self, *_exc: object) -> None:
-        if self._remove is not None:
-            self._remove()
-
-
-async def _async_show(link: SpeakerLink, text: Callable[[], str | None], begun: float, shown: list[int]) -> None:
-    """The reply's sentences, each when the player should be saying it (``shown[0]``: how many are)."""
-    loop = asyncio.get_running_loop()
-    with contextlib.suppress(ConnectionError):
-        while True:
-            shown[0], next_at = await show_sentences(link, text, shown[0], loop.time() - begun)
-            if next_at is None:
-                return
-            await asyncio.sleep(max(0.05, next_at - (loop.time() - begun)))
+POLLED_GRACE: Final = 0.3
+"""Seconds after a polled player's reply length (from when it began) when it is taken as finished."""
 
 
 class ReplySpeaker:
@@ -122,6 +93,7 @@ class ReplySpeaker:
         self._entry = entry
         self._background = background
         self._quiet = quiet
+        self._resume_after: tuple[str, Playing] | None = None
 
     def player(self) -> str | None:
         """The media player chosen for the device's replies; None: the device itself."""
@@ -140,12 +112,13 @@ class ReplySpeaker:
         try:
             if chime := announcement.preannounce_media_id:
                 length = pcm_seconds(ffmpeg_pcm(self.hass, full_url(self.hass, chime)))
-                await self.async_speak(None, player, chime, length, lambda: None, None)
+                await self.async_speak(None, player, chime, length, lambda: None, None, chime=True)
                 chimed = True
             seconds = announcement_seconds(self.hass, announcement)
             await self.async_speak(link, player, announcement.media_id, seconds, text, None)
         except PlayerFailed as err:
             err.chimed = chimed
+            self._resume()  # the chime played, the message did not: what played comes back
             raise
 
     async def async_speak(  # noqa: PLR0917 - one reply's parts
@@ -156,8 +129,13 @@ class ReplySpeaker:
         seconds: Coroutine[Any, Any, float],
         text: Callable[[], str | None],
         watch: SpeechWatch | None,
+        *,
+        chime: bool = False,
     ) -> None:
         """Play ``url`` on ``player``; the device (``link``) shows ``text`` until it has finished.
+
+        ``chime``: an announcement's chime, its message to follow (what the player played comes back
+        after the message).
 
         ``seconds`` times the same audio (``media.tts_seconds``). Raises ``PlayerFailed`` (and
         says why in a repair) before anything reaches the device when the player cannot play it.
@@ -166,8 +144,10 @@ class ReplySpeaker:
         loop = asyncio.get_running_loop()
         length = self.device.async_create_task(seconds, f"xiaozhi_local reply length {self.device.mac}")
         try:
-            async with _Watch(self.hass, player) as seen:
-                absolute = await self._async_play(player, url)
+            async with Watch(self.hass, player) as seen:
+                absolute, before = await self._async_play(player, url)
+                if before is not None and self._resume_after is None:  # back after the reply, whatever ends it
+                    self._resume_after = (player, before)
                 async_reply_player_played(self.hass, self.device.mac)
                 if watch is not None:
                     watch.frame_sent(loop.time())  # the player took it: its first sound is now
@@ -179,7 +159,7 @@ class ReplySpeaker:
                 await link.async_send_json(voice.tts_start())
                 try:
                     shows = self.device.async_create_task(
-                        _async_show(link, text, begun, shown), f"xiaozhi_local reply text {self.device.mac}"
+                        async_show(link, text, begun, shown), f"xiaozhi_local reply text {self.device.mac}"
                     )
                     try:
                         await self._async_until_finished(player, seen, absolute, begun, length)
@@ -194,14 +174,39 @@ class ReplySpeaker:
                         await link.async_send_json(voice.tts_stop())
                     if watch is not None:
                         watch.frame_sent(loop.time())
+        except PlayerBusy as err:
+            _LOGGER.debug("%s: the reply is said by the device: %s %s", self.device.name, player, err)
+            raise
         except PlayerFailed as err:
-            async_reply_player_failed(self.hass, self.device.mac, self.device.name, player, str(err))
+            async_reply_player_failed(self.hass, self.device.mac, self._named(), self._player_named(player), str(err))
             raise
         finally:
             length.cancel()
+            if not chime:
+                self._resume()
 
-    async def _async_play(self, player: str, url: str) -> str:
-        """The ``play_media`` call (``announce`` where supported); the URL as the player got it."""
+    def _named(self) -> str:
+        """The device's name as the user set it (its page's)."""
+        entry = dr.async_get(self.hass).async_get(self.device.device_id) if self.device.device_id else None
+        return (entry.name_by_user or entry.name or self.device.name) if entry is not None else self.device.name
+
+    def _player_named(self, player: str) -> str:
+        """The player's name as Home Assistant shows it (its entity id when it is gone)."""
+        state = self.hass.states.get(player)
+        return state.name if state is not None else player
+
+    @callback
+    def _resume(self) -> None:
+        """What the player played before the reply (or announcement), back now."""
+        if (resume := self._resume_after) is not None:
+            self._resume_after = None
+            self._background(async_resume(self.hass, self.device.name, *resume), "reply resume")
+
+    async def _async_play(self, player: str, url: str) -> tuple[str, Playing | None]:
+        """The ``play_media`` call (``announce`` where supported).
+
+        The URL as the player got it, and what it played before that is to be put back.
+        """
         state = self.hass.states.get(player)
         if state is None:
             raise PlayerFailed("it does not exist")
@@ -221,6 +226,7 @@ class ReplySpeaker:
         }
         if MediaPlayerEntityFeature.MEDIA_ANNOUNCE in features:
             data[ATTR_MEDIA_ANNOUNCE] = True
+        before = playing_before(state, features)
         await self._quiet.async_give_back(player)  # a player of the room plays the reply at its own volume
         try:
             async with asyncio.timeout(PLAY_TIMEOUT):
@@ -231,10 +237,10 @@ class ReplySpeaker:
             raise PlayerFailed(f"it did not take the reply within {PLAY_TIMEOUT:.0f} s") from None
         except (HomeAssistantError, vol.Invalid) as err:
             raise PlayerFailed(str(err) or type(err).__name__) from None
-        return absolute
+        return absolute, before
 
     async def _async_until_finished(
-        self, player: str, seen: _Watch, url: str, begun: float, length: asyncio.Task[float]
+        self, player: str, seen: Watch, url: str, begun: float, length: asyncio.Task[float]
     ) -> None:
         """Until the player has played it.
 
@@ -243,15 +249,16 @@ class ReplySpeaker:
         """
         loop = asyncio.get_running_loop()
         seconds: float | None = None
-        started = False
+        started: float | None = None  # when it was seen playing ours
+        late_news = polled(self.hass, player)
         while True:
             if seconds is None and length.done():
                 seconds = length.result() if not length.cancelled() and length.exception() is None else 0.0
             for state in seen.states:
                 ours = state.attributes.get(ATTR_MEDIA_CONTENT_ID) in (url, None)
                 if state.state in PLAYING and ours:
-                    started = True
-                elif started:
+                    started = started or loop.time()
+                elif started is not None:
                     return  # it played ours, and left it
             seen.states.clear()
             now = loop.time()
@@ -259,10 +266,17 @@ class ReplySpeaker:
             if current is None or current.state == STATE_UNAVAILABLE:
                 return  # gone: nothing plays any more
             playing_ours = current.state in PLAYING and current.attributes.get(ATTR_MEDIA_CONTENT_ID) == url
+            if playing_ours and started is None:
+                started = now
             if seconds is not None:
                 if now >= begun + seconds + END_LIMIT or (now >= begun + seconds + END_GRACE and not playing_ours):
                     return
                 wake = begun + seconds + (END_LIMIT if playing_ours else END_GRACE)
+                if late_news and started is not None:  # its state says the end only at its next poll
+                    ends = max(begun, started) + seconds + POLLED_GRACE
+                    if now >= ends:
+                        return
+                    wake = min(wake, ends)
             else:
                 wake = now + 0.5  # its length is still being counted
             seen.changed.clear()
@@ -280,7 +294,7 @@ class ReplySpeaker:
 
     async def _async_stop_late(self, player: str, url: str) -> None:
         """Stop the reply if the player starts it after all, within ``LATE_WATCH`` s (the device said it)."""
-        async with _Watch(self.hass, player) as seen:
+        async with Watch(self.hass, player) as seen:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(LATE_WATCH):
                     while (state := self.hass.states.get(player)) is None or (
