@@ -69,3 +69,15 @@ async def test_the_demo_ears_hear_speech_as_their_question_and_silence_as_nothin
     assert (heard.result, heard.text) == (stt.SpeechResultState.SUCCESS, "What time is it?")
     silence = await ears.async_process_audio_stream(metadata, chunks(bytes(32000)))
     assert silence.result == stt.SpeechResultState.ERROR
+
+
+def test_the_demo_speaker_plays_a_streamed_wav_for_its_real_length() -> None:
+    """Home Assistant's TTS streams its WAV with a header that says "as long as possible"."""
+    import struct
+
+    pcm = bytes(16000 * 2 * 3)  # 3 s at 16 kHz, mono, 16-bit
+    header = (
+        b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, 16000, 32000, 2, 16)
+    )
+    streamed = header + b"data" + struct.pack("<I", 0xFFFFFFFF - 36) + pcm
+    assert demo_module("media_player").wav_seconds(streamed) == pytest.approx(3.0)

@@ -19,7 +19,7 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import DOMAIN
-from custom_components.xiaozhi_local.satellite import quiet
+from custom_components.xiaozhi_local.satellite import volumes
 
 from .conftest import device_subentry
 from .internals import hub_of, runner_of
@@ -225,9 +225,9 @@ async def test_a_save_asked_for_once_the_final_write_began_is_written_now(
     @callback
     def leaves_late(_event: Event) -> None:
         states.append(hass.state)
-        hass.data.setdefault(quiet._DUCKED, {})["media_player.tv"] = quiet._Ducked(0.6, 0.15)
+        hass.data.setdefault(volumes.DUCKED, {})["media_player.tv"] = volumes.Ducked(0.6, 0.15)
         hub.storage.async_schedule_save()
-        quiet._async_changed(hass)
+        volumes.async_changed(hass)
 
     hass.bus.async_listen_once(stage, leaves_late)
     await hass.async_stop(force=True)

@@ -268,8 +268,10 @@ async def _answer_questions(device: SimulatedDevice, reader: asyncio.StreamReade
             device.relisten = True
             ASKING.add(device.options.mac)
             if line == "wake":
-                await device.say(
-                    await asyncio.to_thread(spoken, "What time is it?"), wake_word="你好小智", silence_after=1.0
+                await device.say(  # the wake word it has (a MultiNet or WakeNet pack chosen in HA)
+                    await asyncio.to_thread(spoken, "What time is it?"),
+                    wake_word=device.wake_word or "你好小智",
+                    silence_after=1.0,
                 )
                 if not await _answered_or_ended(device, marker):
                     print(f"{device.options.mac}: another device answers; idle again", flush=True)

@@ -74,11 +74,7 @@ class DemoPlayer(MediaPlayerEntity):
         async with async_get_clientsession(self.hass).get(media_id) as response:
             response.raise_for_status()
             body = await response.read()
-        try:
-            with wave.open(io.BytesIO(body)) as wav:
-                seconds = wav.getnframes() / wav.getframerate()
-        except wave.Error, EOFError:
-            seconds = 3.0
+        seconds = wav_seconds(body)
         _LOGGER.info("%s plays %s (%.1f s, announce: %s)", self.entity_id, media_id, seconds, kwargs.get("announce"))
         self._playing = self.hass.async_create_task(self._async_play(media_id, seconds))
 
@@ -91,3 +87,17 @@ class DemoPlayer(MediaPlayerEntity):
         finally:
             self._attr_state, self._attr_media_content_id = before
             self.async_write_ha_state()
+
+
+def wav_seconds(body: bytes) -> float:
+    """How long a WAV plays: counted from its audio (3 s for anything else).
+
+    A streamed WAV (Home Assistant's TTS) says "as long as possible" in its header (a reply of 48,695
+    s), so the header's frame count is not its length.
+    """
+    try:
+        with wave.open(io.BytesIO(body)) as wav:
+            frame = wav.getsampwidth() * wav.getnchannels()
+            return len(wav.readframes(wav.getnframes())) / frame / wav.getframerate()
+    except wave.Error, EOFError:
+        return 3.0

@@ -18,7 +18,7 @@ from .firmware.server import XiaozhiFirmwareView
 from .hub import DATA_HUB, XiaozhiConfigEntry
 from .llm import API_NAME, XiaozhiDevicesAPI
 from .repairs import async_check_ffmpeg, async_check_url
-from .satellite.quiet import async_forget_volumes, async_restore_volumes
+from .satellite.volumes import async_forget_volumes, async_restore_volumes
 from .services import async_setup_services
 from .sound.announcements import DATA_ANNOUNCEMENTS, XiaozhiNotifyView
 from .store.storage import async_track_final_write, hub_store

@@ -25,6 +25,7 @@ from typing import Any, Final
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers.event import async_call_later
 
+from ..const import EVENT_WAKE_IGNORED
 from ..device import XiaozhiDevice
 from ..limits import SlidingWindow
 from ..protocol.loudness import wake_score
@@ -208,6 +209,11 @@ class Nearest:
         """
         on, _apart = self._settings()
         return f"{phrase} · {device.name}" if on else phrase
+
+    @callback
+    def ignored(self, device: XiaozhiDevice) -> None:
+        """Home Assistant's own rule refused ``device``'s wake: the event and the logbook say so."""
+        self._hass.bus.async_fire(EVENT_WAKE_IGNORED, {"device_id": device.device_id, "reason": "duplicate_wake_up"})
 
     def benched(self, device: XiaozhiDevice) -> bool:
         """Whether ``device`` does not compete now (it woke too often)."""

@@ -22,7 +22,6 @@ from homeassistant.core import callback
 from ..const import (
     CONF_IDLE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
-    EVENT_WAKE_IGNORED,
 )
 from ..device import XiaozhiDevice
 from ..errors import translated_error
@@ -267,12 +266,9 @@ class Runner:
         code = data.get("code")
         message = str(data.get("message") or code or "error")
         if code == "duplicate_wake_up_detected":
-            # Home Assistant's rule: the same wake word started a conversation on some satellite in
-            # the last 2 s (another box in the room answers). Ended quietly, and said where people look.
+            # HA's rule (a phrase heard < 2 s ago): ended quietly, and said where people look.
             self.end_conversation(run, "Home Assistant ignored a repeated wake word")
-            self.hass.bus.async_fire(
-                EVENT_WAKE_IGNORED, {"device_id": self.device.device_id, "reason": "duplicate_wake_up"}
-            )
+            self.entry().runtime_data.nearest.ignored(self.device)
         elif code in CANNOT_SERVE:
             pipeline = self.pipeline()
             # An engine not chosen, or chosen but gone (its provider missing, or refusing our format).
