@@ -183,8 +183,9 @@ class Nearest:
         self._benched.pop(device.mac, None)
         if device.mac not in self._wakes:
             known = {d.mac for d in self._devices()}
-            for gone in [mac for mac in self._wakes if mac not in known]:  # removed devices
-                del self._wakes[gone]
+            for gone in [mac for mac in (*self._wakes, *self._benched) if mac not in known]:  # removed devices
+                self._wakes.pop(gone, None)
+                self._benched.pop(gone, None)
             self._wakes[device.mac] = SlidingWindow(WAKES_PER_MINUTE + 1, WAKE_WINDOW, clock=self._hass.loop.time)
         if self._wakes[device.mac].count() <= WAKES_PER_MINUTE:
             return False
@@ -219,6 +220,18 @@ class Nearest:
         """Whether ``device`` does not compete now (it woke too often)."""
         return self._benched.get(device.mac, 0.0) > self._hass.loop.time()
 
+    async def _async_score(
+        self, device: XiaozhiDevice, packets: list[bytes], scoring: asyncio.Future[float | None] | None = None
+    ) -> float | None:
+        """``device``'s wake audio scored (``scoring``: being scored already); None when it has none."""
+        try:
+            if scoring is not None:
+                return await scoring
+            return await self._hass.loop.run_in_executor(self._executor(), wake_score, packets) if packets else None
+        except Exception:  # a recording that cannot be scored competes without audio
+            _LOGGER.debug("%s: its wake audio could not be scored", device.name, exc_info=True)
+            return None
+
     async def _async_late(
         self, decided: Decided, device: XiaozhiDevice, now: float, packets: list[bytes], won: asyncio.Future[bool]
     ) -> None:
@@ -227,12 +240,7 @@ class Nearest:
         Said like a choice. Otherwise it goes on too: arriving first is no way to silence a device
         that heard the word better.
         """
-        score: float | None = None
-        if packets:
-            try:
-                score = await self._hass.loop.run_in_executor(self._executor(), wake_score, packets)
-            except Exception:  # a recording that cannot be scored competes without audio
-                _LOGGER.debug("%s: its wake audio could not be scored", device.name, exc_info=True)
+        score = await self._async_score(device, packets)
         if score is not None and (decided.score is None or score > decided.score):
             _LOGGER.debug("%s woke after %s's choice but heard it better (%s dB): it answers too",
                           device.name, decided.winner.name, score)  # fmt: skip
@@ -301,20 +309,10 @@ class Nearest:
             del self._rounds[current.group]
         contenders = list(current.contenders.values())
         scores: dict[str, float | None] = {}
-        loop = self._hass.loop
         for contender in contenders:  # about 3 ms each, on the codec thread
             skip = len(contenders) < 2 or contender.score is not None or contender.benched
             packets = [] if skip else contender.audio()
-            try:
-                if contender.score is not None:
-                    scores[contender.device.mac] = await contender.score
-                else:
-                    scores[contender.device.mac] = (
-                        await loop.run_in_executor(self._executor(), wake_score, packets) if packets else None
-                    )
-            except Exception:  # a recording that cannot be scored competes without audio
-                _LOGGER.debug("%s: its wake audio could not be scored", contender.device.name, exc_info=True)
-                scores[contender.device.mac] = None
+            scores[contender.device.mac] = await self._async_score(contender.device, packets, contender.score)
         competing = [c for c in contenders if not c.benched] or contenders
         scored = [c for c in competing if scores[c.device.mac] is not None]
         if scored:
