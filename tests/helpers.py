@@ -7,6 +7,7 @@ from typing import Any, cast
 from homeassistant.config_entries import SubentryFlowResult
 from homeassistant.core import Event, HomeAssistant, State, callback
 from homeassistant.helpers.event import async_track_state_change_event
+import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.device import XiaozhiDevice
@@ -170,3 +171,8 @@ async def regenerate(hass: HomeAssistant, entry: MockConfigEntry, mac: str = MAC
     await hass.config_entries.subentries.async_configure(result["flow_id"], {})
     await hass.async_block_till_done()
     return token
+
+
+def logged_by_us(caplog: pytest.LogCaptureFixture) -> str:
+    """What the integration itself logged: never asyncio's slow-step lines, which name the test."""
+    return "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("custom_components.xiaozhi_local"))

@@ -36,7 +36,7 @@ from .conftest import (
     wait_settled,
     ws_url,
 )
-from .helpers import hub_device, until, wait_entity
+from .helpers import hub_device, logged_by_us, until, wait_entity
 from .internals import hub_of
 from .room import Room, RoomPlayer, async_setup_room, put_in_area
 from .voice import Voice, speech_pcm, speech_seconds
@@ -495,7 +495,7 @@ async def test_an_unreadable_saved_volume_is_skipped_with_a_warning(
     await hass.async_block_till_done()
     assert tv.volumes == []
     assert hass.data[volumes.DUCKED] == {}
-    assert (warning in caplog.text) if warning else "unreadable" not in caplog.text
+    assert (warning in logged_by_us(caplog)) if warning else "unreadable" not in logged_by_us(caplog)
     hass.bus.async_fire(EVENT_HOMEASSISTANT_FINAL_WRITE)
     await hass.async_block_till_done()
     assert hass_storage[key]["data"] == ({"players": {}} if saved else saved)
