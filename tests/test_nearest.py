@@ -5,10 +5,12 @@ then ``listen detect``, then ``listen start``. Their recordings differ in speech
 """
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
 import functools
 import re
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 from aiohttp.test_utils import TestClient
 from homeassistant.core import Event, HomeAssistant
@@ -386,3 +388,50 @@ async def test_a_wake_phrase_left_over_is_no_wake_later(
     await far.say(speech_pcm(), mode="manual", wake_word="你好小智")
     await until(lambda: answered(far), timeout=30)
     assert hub.nearest.rounds == 0
+
+
+async def test_over_udp_each_device_is_scored_while_the_window_runs(
+    hass: HomeAssistant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five devices over UDP (their audio may still be coming at their wake): each recording is
+    read and scored ``SCORE_UDP_AFTER`` after its wake, inside the window, so the choice finds
+    every score ready and adds nothing to the wait; the nearest goes on."""
+    levels = (-34.0, -30.0, -18.0, -26.0, -22.0)
+    devices = [
+        SimpleNamespace(mac=f"m{i}", name=f"D{i}", device_id=f"d{i}", voice=object(), off=False, conversation=None)
+        for i in range(len(levels) + 1)  # one more, in another room: it did not hear the word
+    ]
+    read: list[str] = []
+
+    def audio_of(device: Any, level: float) -> Callable[[], list[bytes]]:
+        def audio() -> list[bytes]:
+            read.append(device.mac)
+            return list(mic_packets(wake_clip(level, -50.0)))
+
+        return audio
+
+    arbiter = nearest.Nearest(
+        hass,
+        devices=lambda: devices,  # type: ignore[arg-type,return-value]
+        settings=lambda: (True, False),
+        area_of=lambda _device: None,
+        executor=lambda: cast(Executor, None),  # the loop's default executor
+        fire=lambda _data: None,
+    )
+    original = arbiter._async_decide
+    read_at_choice: list[int] = []
+
+    async def deciding(current: Any) -> None:
+        read_at_choice.append(len(read))
+        await original(current)
+
+    monkeypatch.setattr(arbiter, "_async_decide", deciding)
+    claims = [
+        arbiter.contend(device, audio_of(device, level), complete=False)  # type: ignore[arg-type]
+        for device, level in zip(devices, levels, strict=False)
+    ]
+    assert read == []  # not at the wake: its burst may still be on its way
+    outcomes = await asyncio.gather(*(claim for claim in claims if claim is not None))
+    assert read_at_choice == [len(levels)]  # every recording was in (and being scored) before the choice
+    assert outcomes == [level == max(levels) for level in levels]
+    arbiter.shutdown()

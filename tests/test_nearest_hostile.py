@@ -19,7 +19,7 @@ import pytest
 
 from custom_components.xiaozhi_local.const import EVENT_NEAREST
 from custom_components.xiaozhi_local.protocol.loudness import MAX_SCORE, speech_over_noise, wake_score
-from custom_components.xiaozhi_local.satellite import nearest
+from custom_components.xiaozhi_local.satellite import nearest, wake_rate
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.voice import frame, mic_packets, wake_clip
 
@@ -123,7 +123,7 @@ async def test_a_device_that_wakes_far_too_often_stops_competing(
     """A plausible lie wins a round (a loud, clean recording: what a device near the speaker sends).
     Waking again and again (the report: every 0.9 s, the real device lost 75 of 75), the hostile
     device is benched after ``WAKES_PER_MINUTE``: the real device answers from then on."""
-    monkeypatch.setattr(nearest, "WAKE_WINDOW", 3600.0)  # "a minute" without a race against the machine's load
+    monkeypatch.setattr(wake_rate, "WAKE_WINDOW", 3600.0)  # "a minute" without a race against the machine's load
     hostile, real = pair
     hub = hub_of(hass)
     loud = wake_clip(-8, -62)  # 50 dB over its noise: the bound, above the real device's 30
@@ -134,7 +134,7 @@ async def test_a_device_that_wakes_far_too_often_stops_competing(
     await real.wait_closed()
     await asyncio.gather(first, second)
     assert not answered(real)
-    for count in range(2, nearest.WAKES_PER_MINUTE + 1):  # alone, as fast as it is answered
+    for count in range(2, wake_rate.WAKES_PER_MINUTE + 1):  # alone, as fast as it is answered
         await again(hostile)
         task = await wake(hostile, loud)
         await until(functools.partial(lambda at_least: hub.nearest.rounds >= at_least, count), timeout=30)

@@ -10,7 +10,7 @@ barge-in and conversations Home Assistant starts never come here.
 
 A paired device in hostile hands cannot take the home's wake words: a score is bounded to what a
 voice near a microphone gives (``protocol/loudness.py``), a device that wakes far more often than
-people speak stops competing for a while (``WAKES_PER_MINUTE``, ``BENCHED_FOR``), and a device that
+people speak stops competing for a while (``wake_rate.py``), and a device that
 reports after the choice loses only to a winner that scored at least as well.
 """
 
@@ -27,9 +27,9 @@ from homeassistant.helpers.event import async_call_later
 
 from ..const import EVENT_WAKE_IGNORED
 from ..device import XiaozhiDevice
-from ..limits import SlidingWindow
 from ..protocol.loudness import wake_score
 from ..tasks import watched
+from .wake_rate import WakeRate
 
 _LOGGER = logging.getLogger(__package__)
 
@@ -48,14 +48,11 @@ RECENT_DECISIONS: Final = 10
 """Decisions kept for diagnostics."""
 CHECK_EVERY: Final = 0.05
 """How often a round that waits for an opening device looks again."""
-WAKES_PER_MINUTE: Final = 10
-WAKE_WINDOW: Final = 60.0
-"""Rounds a device may open or join in a minute (``WAKE_WINDOW`` s). People say a wake word a few times a minute at
-most (a conversation's follow-ups do not wake); past it the device is a TV, a fault or a hostile
-client, and does not compete for ``BENCHED_FOR`` s."""
-BENCHED_FOR: Final = 600.0
-"""Seconds a device that woke too often does not compete: it goes on only when no other device
-heard the word (it never makes another lose), and loses to any that did."""
+SCORE_UDP_AFTER: Final = 0.1
+"""Seconds after its ``listen start`` that a device over UDP is scored (at the choice, if sooner).
+Its burst was taken at its ``listen detect`` (the socket is drained there) and what it sent between
+detect and start is in by then, on a loop blocked 15 ms of every 20 too (``tests/firmware``).
+Scored then, the scores (about 7 ms each) are in before the window ends, not added to the wait."""
 
 
 @dataclass(slots=True, eq=False)
@@ -68,6 +65,7 @@ class Contender:
     won: asyncio.Future[bool]
     score: asyncio.Future[float | None] | None = None  # scored at once when its audio is complete
     benched: bool = False  # it woke too often: it does not compete
+    settle: CALLBACK_TYPE | None = None  # over UDP: scored when its audio is in
 
 
 @dataclass(slots=True, eq=False)
@@ -89,6 +87,12 @@ class Decided:
     winner: XiaozhiDevice
     record: dict[str, Any]
     score: float | None  # the winner's (None: it won without a score, or does not compete)
+
+
+def _unsettle(contender: Contender) -> None:
+    if contender.settle is not None:
+        contender.settle()
+        contender.settle = None
 
 
 def _retrieved(future: asyncio.Future[float | None]) -> None:
@@ -119,8 +123,7 @@ class Nearest:
         self._decided: dict[str, Decided] = {}
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)
         self.rounds = 0  # rounds decided (one device alone in a round waited for nobody in the end)
-        self._wakes: dict[str, SlidingWindow] = {}  # by MAC: each device's recent wakes
-        self._benched: dict[str, float] = {}  # by MAC: until when it does not compete
+        self._rate = WakeRate(devices, hass.loop.time)
 
     def _group(self, device: XiaozhiDevice, apart: bool) -> str:
         return (self._area_of(device) or "") if apart else ""
@@ -152,7 +155,7 @@ class Nearest:
         loop = self._hass.loop
         now = loop.time()
         won: asyncio.Future[bool] = loop.create_future()
-        benched = self._count_wake(device, now)
+        benched = self._rate.count(device)
         decided = self._decided.get(group)
         late = decided is not None and now - decided.opened <= LATE and decided.winner is not device
         if late and group not in self._rounds:  # a round open now is the word's: it joins that one
@@ -166,37 +169,30 @@ class Nearest:
             return won
         if (current := self._rounds.get(group)) is None:
             current = self._rounds[group] = Round(group, now)
-        if (before := current.contenders.pop(device.mac, None)) is not None and not before.won.done():
-            before.won.set_result(False)  # woke again within the round: its newer wake counts
+        if (before := current.contenders.pop(device.mac, None)) is not None:
+            _unsettle(before)
+            if not before.won.done():
+                before.won.set_result(False)  # woke again within the round: its newer wake counts
         contender = current.contenders[device.mac] = Contender(device, now, wake_audio, won, benched=benched)
-        if complete and not benched and (packets := wake_audio()):
-            contender.score = loop.run_in_executor(self._executor(), wake_score, packets)
-            contender.score.add_done_callback(_retrieved)  # a replaced claim's score is read by nobody
+        if complete and not benched:
+            self._start_score(contender)
+        elif not benched:
+
+            @callback
+            def settled(_now: Any) -> None:
+                contender.settle = None
+                if not current.deciding:
+                    self._start_score(contender)
+
+            contender.settle = async_call_later(self._hass, SCORE_UDP_AFTER, settled)
         self._check(current)
         return won
 
-    def _count_wake(self, device: XiaozhiDevice, now: float) -> bool:
-        """One more wake of ``device``; whether it does not compete now (it woke too often)."""
-        until = self._benched.get(device.mac)
-        if until is not None and now < until:
-            return True
-        self._benched.pop(device.mac, None)
-        if device.mac not in self._wakes:
-            known = {d.mac for d in self._devices()}
-            for gone in [mac for mac in (*self._wakes, *self._benched) if mac not in known]:  # removed devices
-                self._wakes.pop(gone, None)
-                self._benched.pop(gone, None)
-            self._wakes[device.mac] = SlidingWindow(WAKES_PER_MINUTE + 1, WAKE_WINDOW, clock=self._hass.loop.time)
-        if self._wakes[device.mac].count() <= WAKES_PER_MINUTE:
-            return False
-        self._benched[device.mac] = now + BENCHED_FOR
-        del self._wakes[device.mac]
-        device.log.report(
-            "wakes_too_often",
-            f"woke more than {WAKES_PER_MINUTE} times in a minute: for {int(BENCHED_FOR // 60)} minutes it answers "
-            "only when no other device heard the wake word",
-        )
-        return True
+    def _start_score(self, contender: Contender) -> None:
+        """Score ``contender``'s wake audio on the codec thread now; the choice reads it when done."""
+        if contender.score is None and (packets := contender.audio()):
+            contender.score = self._hass.loop.run_in_executor(self._executor(), wake_score, packets)
+            contender.score.add_done_callback(_retrieved)  # a replaced claim's score is read by nobody
 
     @callback
     def phrase_for(self, device: XiaozhiDevice, phrase: str) -> str:
@@ -218,7 +214,7 @@ class Nearest:
 
     def benched(self, device: XiaozhiDevice) -> bool:
         """Whether ``device`` does not compete now (it woke too often)."""
-        return self._benched.get(device.mac, 0.0) > self._hass.loop.time()
+        return self._rate.benched(device)
 
     async def _async_score(
         self, device: XiaozhiDevice, packets: list[bytes], scoring: asyncio.Future[float | None] | None = None
@@ -308,6 +304,8 @@ class Nearest:
         if self._rounds.get(current.group) is current:
             del self._rounds[current.group]
         contenders = list(current.contenders.values())
+        for contender in contenders:
+            _unsettle(contender)
         scores: dict[str, float | None] = {}
         for contender in contenders:  # about 3 ms each, on the codec thread
             skip = len(contenders) < 2 or contender.score is not None or contender.benched
@@ -351,6 +349,7 @@ class Nearest:
             if current.timer is not None:
                 current.timer()
             for contender in current.contenders.values():
+                _unsettle(contender)
                 if not contender.won.done():
                     contender.won.set_result(True)
         self._rounds.clear()
