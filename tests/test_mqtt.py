@@ -312,6 +312,7 @@ async def test_port_in_use_raises_a_repair(
         assert issue is not None
         assert issue.translation_placeholders is not None
         assert issue.translation_placeholders["tcp"] == str(port)
+        assert issue.translation_key == "mqtt_port_in_use"  # why, in the user's language
         # No mqtt in the OTA answer while nothing listens: the device keeps its WebSocket.
         device = SimulatedDevice(SimulatorOptions(url="", mac=MAC, client_id=CLIENT_ID), speaks_mqtt=True)
         answer = await device.boot_mqtt(ota_url(client), timing=FAST)

@@ -209,7 +209,7 @@ async def said_by_the_device(device: SimulatedDevice, issue_registry: ir.IssueRe
     assert len(device.audio_at) > packets  # the device said it
     issue = issue_registry.async_get_issue(DOMAIN, ISSUE)
     assert issue is not None
-    return dict(issue.translation_placeholders or {})
+    return {"why": issue.translation_key or "", **(issue.translation_placeholders or {})}
 
 
 async def test_a_player_that_cannot_play_leaves_the_reply_on_the_device_and_a_repair_says_why(
@@ -226,15 +226,16 @@ async def test_a_player_that_cannot_play_leaves_the_reply_on_the_device_and_a_re
     # Named as the user named them: the device on its page, the player as Home Assistant shows it.
     dr.async_get(hass).async_update_device(hub_device(hass).device_id, name_by_user="Kitchen counter")
     assert await said_by_the_device(device, issue_registry) == {
+        "why": "reply_player_error",  # an error of the player's own: its words quoted
         "device": "Kitchen counter",
         "player": "Living Room Speaker",
-        "reason": "the speaker is asleep",
+        "error": "the speaker is asleep",
     }
     assert "could not play (the speaker is asleep)" in caplog.text
     # Unavailable: the same, without a call.
     speaker.fail = None
     speaker.set_down(True)
-    assert (await said_by_the_device(device, issue_registry))["reason"] == "it is unavailable"
+    assert (await said_by_the_device(device, issue_registry))["why"] == "reply_player_unavailable"
     assert not speaker.played
     # Back: the reply plays there again, and the notice goes.
     speaker.set_down(False)
@@ -264,7 +265,7 @@ async def test_a_player_that_takes_the_reply_too_late_does_not_play_it_over_the_
     tv = room.players["living_room_tv"]
     tv.late = arrived = asyncio.Event()
     await choose(hass, room.entity_id("living_room_tv"))
-    assert "did not take the reply" in (await said_by_the_device(device, issue_registry))["reason"]
+    assert (await said_by_the_device(device, issue_registry))["why"] == "reply_player_timeout"
     assert (tv.stops, tv.played) == (0, [])  # its music plays on
     arrived.set()
     await until(lambda: bool(tv.played) and tv.played[0].ended is not None, timeout=10)

@@ -16,6 +16,7 @@
   cannot answer the device (a fresh Home Assistant's default assistant has neither).
 """
 
+import errno
 import logging
 import shutil
 
@@ -112,17 +113,21 @@ def async_wrong_token(hass: HomeAssistant, mac: str, name: str, refusals: int) -
 
 
 @callback
-def async_reply_player_failed(hass: HomeAssistant, mac: str, name: str, player: str, reason: str) -> None:
-    """The player chosen for ``name``'s replies could not play one: it played on the device."""
-    _LOGGER.warning("%s: its reply speaker %s could not play (%s); the device played it", name, player, reason)
+def async_reply_player_failed(hass: HomeAssistant, mac: str, name: str, player: str, *, kind: str, said: str) -> None:
+    """The player chosen for ``name``'s replies could not play one: it played on the device.
+
+    The notice says why in the user's language (``kind``: ``reply_player_<kind>``); only an error of
+    the player's own (``error``) quotes its words, as its integration wrote them.
+    """
+    _LOGGER.warning("%s: its reply speaker %s could not play (%s); the device played it", name, player, said)
     ir.async_create_issue(
         hass,
         DOMAIN,
         f"{ISSUE_REPLY_PLAYER}_{mac}",
         is_fixable=False,
         severity=ir.IssueSeverity.WARNING,
-        translation_key=ISSUE_REPLY_PLAYER,
-        translation_placeholders={"device": name, "player": player, "reason": reason},
+        translation_key=f"reply_player_{kind}",
+        translation_placeholders={"device": name, "player": player, "error": said},
     )
 
 
@@ -179,14 +184,21 @@ def async_mqtt_port(hass: HomeAssistant, error: OSError | None, tcp: int, udp: i
     if error is None:
         ir.async_delete_issue(hass, DOMAIN, ISSUE_MQTT_PORT)
         return
+    kind = {errno.EADDRINUSE: "mqtt_port_in_use", errno.EACCES: "mqtt_port_not_permitted"}.get(
+        error.errno or 0, ISSUE_MQTT_PORT
+    )
     ir.async_create_issue(
         hass,
         DOMAIN,
         ISSUE_MQTT_PORT,
         is_fixable=False,
         severity=ir.IssueSeverity.WARNING,
-        translation_key=ISSUE_MQTT_PORT,
-        translation_placeholders={"tcp": str(tcp), "udp": str(udp), "error": str(error.strerror or error)},
+        translation_key=kind,  # why, in the user's language; otherwise the system's error code
+        translation_placeholders={
+            "tcp": str(tcp),
+            "udp": str(udp),
+            "error": errno.errorcode.get(error.errno or 0, type(error).__name__),
+        },
     )
 
 

@@ -51,12 +51,18 @@ def polled(hass: HomeAssistant, player: str) -> bool:
 
 
 class PlayerFailed(Exception):
-    """The chosen player cannot play the reply (the reason, for the log and the repair).
+    """The chosen player cannot play the reply: its ``kind`` and, for the log, the words.
 
+    ``kind`` chooses the repair's translated text; ``said`` is the log's (the player's own, for ``error``).
+    Kinds: ``missing``, ``unavailable``, ``cannot_play``, ``no_url``, ``timeout``, ``error``.
     ``chimed``: an announcement's chime played there already (the device says only the message).
     """
 
     chimed = False
+
+    def __init__(self, kind: str, said: str) -> None:
+        super().__init__(said)
+        self.kind = kind
 
 
 class PlayerBusy(PlayerFailed):
@@ -79,7 +85,7 @@ def playing_before(state: State, features: MediaPlayerEntityFeature) -> Playing 
         return None
     content_id = state.attributes.get(ATTR_MEDIA_CONTENT_ID)
     if not isinstance(content_id, str) or not content_id:
-        raise PlayerBusy("it plays something it could not be given back after the reply")
+        raise PlayerBusy("busy", "it plays something it could not be given back after the reply")
     position = state.attributes.get(ATTR_MEDIA_POSITION)
     updated = state.attributes.get(ATTR_MEDIA_POSITION_UPDATED_AT)
     if isinstance(position, (int, float)):

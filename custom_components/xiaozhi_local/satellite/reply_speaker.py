@@ -178,7 +178,9 @@ class ReplySpeaker:
             _LOGGER.debug("%s: the reply is said by the device: %s %s", self.device.name, player, err)
             raise
         except PlayerFailed as err:
-            async_reply_player_failed(self.hass, self.device.mac, self._named(), self._player_named(player), str(err))
+            async_reply_player_failed(
+                self.hass, self.device.mac, self._named(), self._player_named(player), kind=err.kind, said=str(err)
+            )
             raise
         finally:
             length.cancel()
@@ -209,16 +211,16 @@ class ReplySpeaker:
         """
         state = self.hass.states.get(player)
         if state is None:
-            raise PlayerFailed("it does not exist")
+            raise PlayerFailed("missing", "it does not exist")
         if state.state == STATE_UNAVAILABLE:
-            raise PlayerFailed("it is unavailable")
+            raise PlayerFailed("unavailable", "it is unavailable")
         features = MediaPlayerEntityFeature(state.attributes.get(ATTR_SUPPORTED_FEATURES, 0))
         if MediaPlayerEntityFeature.PLAY_MEDIA not in features:
-            raise PlayerFailed("it cannot play media")
+            raise PlayerFailed("cannot_play", "it cannot play media")
         try:
             absolute = async_process_play_media_url(self.hass, url)
         except HomeAssistantError as err:  # no URL of Home Assistant's that a player can reach
-            raise PlayerFailed(str(err)) from None
+            raise PlayerFailed("no_url", str(err)) from None
         data: dict[str, Any] = {
             ATTR_ENTITY_ID: player,
             ATTR_MEDIA_CONTENT_ID: absolute,
@@ -234,9 +236,9 @@ class ReplySpeaker:
         except TimeoutError:
             # A slow player may still start it (the request was on its way): not over the device's.
             self._background(self._async_stop_late(player, absolute), "reply late stop")
-            raise PlayerFailed(f"it did not take the reply within {PLAY_TIMEOUT:.0f} s") from None
+            raise PlayerFailed("timeout", f"it did not take the reply within {PLAY_TIMEOUT:.0f} s") from None
         except (HomeAssistantError, vol.Invalid) as err:
-            raise PlayerFailed(str(err) or type(err).__name__) from None
+            raise PlayerFailed("error", str(err) or type(err).__name__) from None
         return absolute, before
 
     async def _async_until_finished(
