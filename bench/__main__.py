@@ -6,7 +6,8 @@
 
 ``talkers [N]``: N devices (100) say a wake word and a question as real-time Opus at once (``bench/talkers.py``).
 
-``party [N]``: N devices (30) wake in groups of 2-5 at once; the nearest of each answers (``bench/party.py``).
+``party [N]``: N devices (30) wake in groups of 2-5 at once, on WebSocket and MQTT+UDP, idle and slowed; the
+nearest of each answers (``bench/party.py``).
 
 ``firmware [N]``: N devices (100) install a 2.5 MB firmware image from Home Assistant at once (``bench/firmware.py``).
 
@@ -249,6 +250,10 @@ def main() -> int:
         "pairing: sessions (8,000)",
     )
     parser.add_argument("--trials", type=int, default=5, help="kill -9 trials for crash")
+    parser.add_argument("--groups", type=int, default=100, help="party: groups that wake per arm")
+    parser.add_argument(
+        "--transports", nargs="+", choices=["websocket", "mqtt"], default=["websocket", "mqtt"], help="party: arms"
+    )
     parser.add_argument("--devices", type=int, default=1000, help="simulated devices for load")
     parser.add_argument("--concurrency", type=int, default=100, help="devices booting at once in the ramp")
     parser.add_argument("--hold", type=float, default=20.0, help="seconds to hold all devices connected")
@@ -296,7 +301,11 @@ def main() -> int:
     if args.which in ("mqtt", "all"):
         reports.append(asyncio.run(mqtt_load(**many)))
     if args.which in ("party", "all"):
-        reports.append(asyncio.run(party(devices=args.count or 30, port=args.port)))
+        reports.append(
+            asyncio.run(
+                party(devices=args.count or 30, port=args.port, groups=args.groups, transports=tuple(args.transports))
+            )
+        )
     if args.which in ("talkers", "all"):
         reports.append(asyncio.run(talkers(devices=args.count or 100, port=args.port)))
     if args.which in ("firmware", "all"):

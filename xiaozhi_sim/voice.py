@@ -149,8 +149,12 @@ def decode_ogg_opus(data: bytes, rate: int = 24000) -> bytes:
     return bytes(out)
 
 
+@lru_cache(maxsize=16)
 def wake_clip(level_db: float, noise_db: float, seconds: float = 2.0) -> bytes:
     """A wake word as a microphone records it: 16 kHz s16 mono, the same every time (seeded).
+
+    Kept once made (about 50 ms of pure Python): devices that wake together in one process must not
+    take turns making it, where real ones hear the word at once.
 
     A voiced sound at ``level_db`` (RMS, dBFS) from 0.4 s to 1.6 s, over steady noise at ``noise_db``.
     """

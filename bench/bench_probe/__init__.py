@@ -35,6 +35,7 @@ from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 from homeassistant.helpers.typing import ConfigType
 import probatio as vol
 
+from .hog import LoopHog
 from .voice import voice_log
 
 DOMAIN = "bench_probe"
@@ -376,6 +377,7 @@ class ProbeView(HomeAssistantView):
         self.lag = lag
         self.profile = profile
         self.heap = Heap()
+        self.hog = LoopHog()
 
     async def get(self, request: web.Request) -> web.Response:
         hass = request.app[KEY_HASS]
@@ -428,6 +430,8 @@ class ProbeView(HomeAssistantView):
             # The snapshot and the object walk allocate tens of MB and free them; glibc would keep
             # that memory and every later RSS would carry the measurement. Give it back.
             _give_back()
+        if (hog := request.query.get("hog")) is not None:  # before the reset: lag from here on
+            self.hog.set(hog)
         if request.query.get("reset"):
             samples.clear()
             if self.profile is not None:
