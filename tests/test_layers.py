@@ -341,3 +341,20 @@ def test_the_satellite_is_one_entity_that_owns_its_helpers() -> None:
         if "enforce-class-module" in path.read_text()
     ]
     assert disables == []
+
+
+ROOMS = ("protocol", "sound", "admission", "transport", "store", "tools", "firmware", "wake_words", "satellite")
+"""The rooms (subpackages) bottom to top: each imports only those below it (docs/architecture.md)."""
+
+
+def test_rooms_import_one_way() -> None:
+    graph = runtime_imports()
+    rooms = {name.split(".")[0] for name in graph if "." in name}
+    assert rooms == set(ROOMS)  # a new room takes its place in the order
+    upward = sorted(
+        f"{module} → {imported}"
+        for module, imports in graph.items()
+        for imported in imports
+        if "." in module and "." in imported and ROOMS.index(imported.split(".")[0]) > ROOMS.index(module.split(".")[0])
+    )
+    assert upward == []

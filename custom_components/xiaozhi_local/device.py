@@ -31,16 +31,16 @@ from .const import (
 from .conversations import Conversation, VoiceHandler
 from .errors import DeviceOfflineError, tool_error, translated_error
 from .limits import ExpiringToken, TokenBucket
+from .protocol import mcp
 from .protocol.firmware import BoardFacts, leading_version
 from .protocol.logs import OnceLogger
 from .protocol.mcp import McpError, McpTimeoutError, McpTool, ServerInfo, ToolResult
 from .restarts import OwedRestarts
-from .store.cache import DeviceCache
+from .store.cache import REPORT_SAVE_DELAY, DeviceCache
 from .tasks import watched
 from .timings import ResponseTimes
 from .tools.notifications import DeviceNotifications
-from .tools.readings import REPORT_SAVE_DELAY, DeviceValues
-from .tools.table import canonical_tools
+from .tools.readings import DeviceValues
 
 if TYPE_CHECKING:
     from .link import DeviceLink
@@ -106,10 +106,10 @@ class XiaozhiDevice:
         self.address: str | None = None
         """The network address it last reached Home Assistant from (OTA check or connection)."""
         self.told_transport = kept.told_transport
-        """What its last OTA answer told it to use (``mqtt`` or ``websocket``): see transport/choice.py."""
+        """What its last OTA answer told it to use (``mqtt`` or ``websocket``): see admission/transport_choice.py."""
         self.picks_transport = kept.picks_transport
         """A client that picks its transport itself (its OTA check lacks the stock firmware's
-        partition table): never restarted for the connection choice (transport/choice.py)."""
+        partition table): never restarted for the connection choice (admission/transport_choice.py)."""
         self.chosen_wake_word = kept.wake_word
         """The wake word chosen in Home Assistant and confirmed by the device (None: as built; wake_words.py)."""
         self.expected_wake_word = kept.wake_phrase
@@ -323,7 +323,7 @@ class XiaozhiDevice:
     def async_set_discovery(self, info: ServerInfo, tools: list[McpTool]) -> None:
         """``initialize`` and ``tools/list`` of the current connection are in."""
         self.server_info = info
-        self.tools = canonical_tools({tool.name: tool for tool in tools})
+        self.tools = mcp.canonical_tools({tool.name: tool for tool in tools})
         self.tool_lists += 1
         # What the OTA check reported (board type, application.version) wins: serverInfo only fills
         # in what is unknown. An SDK names itself there, and an empty name must not erase the board.

@@ -18,6 +18,7 @@ from homeassistant.const import CONF_MAC, CONF_TOKEN
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.event import async_track_time_interval
 
+from .admission import transport_choice as transport
 from .const import (
     CONF_MQTT_PORT,
     CONF_UDP_PORT,
@@ -34,7 +35,6 @@ from .firmware.remote import CHECK_EVERY as FIRMWARE_CHECK_EVERY
 from .hub import XiaozhiHub
 from .repairs import async_mqtt_port, async_reply_player_played, async_token_accepted
 from .tasks import watched
-from .transport import choice as transport
 from .transport.mqtt import MqttEndpoint
 
 _LOGGER = logging.getLogger(__name__)

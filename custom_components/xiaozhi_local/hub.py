@@ -18,6 +18,7 @@ from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers import device_registry as dr
 from homeassistant.util.hass_dict import HassKey
 
+from .admission import transport_choice as transport
 from .admission.gate import Refused
 from .admission.policy import Admission
 from .admission.urls import assets_url, firmware_url, notify_url, vision_url, websocket_url
@@ -36,7 +37,6 @@ from .satellite.nearest import Nearest
 from .sound.announcements import AnnouncementStore
 from .sound.media import audio_executor
 from .store.storage import HubStorage
-from .transport import choice as transport
 from .transport.mqtt import MqttEndpoint
 from .wake_words.change import WakeWords
 from .wake_words.files import FOLDER as WAKE_WORD_FOLDER, WakeWordFiles
@@ -100,7 +100,7 @@ class XiaozhiHub:
 
     @callback
     def async_transport_changed(self) -> None:
-        """The connection choice may have changed: every device follows it (transport/choice.py)."""
+        """The connection choice may have changed: every device follows it (admission/transport_choice.py)."""
         for device in list(self.devices.values()):
             transport.async_follow(self.hass, self, device)
         for listener in list(self._transport_listeners):

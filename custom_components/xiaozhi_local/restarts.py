@@ -3,7 +3,7 @@
 Home Assistant reaches a WebSocket device only while its conversation is open, so a restart it
 needs (to move it to the transport chosen, to hand it firmware or a wake word pack at its next
 OTA check) takes the place of closing that conversation. Three parts of the integration may owe
-one (``transport/choice.py``, ``firmware/installer.py``, ``wake_words/change.py``); the link takes it as the
+one (``admission/transport_choice.py``, ``firmware/installer.py``, ``wake_words/change.py``); the link takes it as the
 conversation ends. One restart serves every reason, so taking one settles them all. The
 transport restart is sent once per OTA answer: a device back on the same transport without a new
 check is not restarted again for it.

@@ -159,7 +159,7 @@ class XiaozhiTransportSelect(XiaozhiEntity, SelectEntity):
         return choice if choice in (TRANSPORT_MQTT, TRANSPORT_WEBSOCKET) else TRANSPORT_HUB
 
     async def async_select_option(self, option: str) -> None:
-        """Store it; the device follows at the first moment it can (transport/choice.py).
+        """Store it; the device follows at the first moment it can (admission/transport_choice.py).
 
         The hub's endpoint starts if this device is the first to want MQTT (the entry's update).
         """

@@ -21,11 +21,11 @@ from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from homeassistant.helpers.typing import StateType
 
+from .admission import transport_choice as transport
 from .device import XiaozhiDevice
 from .entity import XiaozhiEntity, XiaozhiValueDescription, XiaozhiValueEntity, async_setup_device_entities, rows_for
 from .hub import XiaozhiConfigEntry, XiaozhiHub
 from .tools.table import NETWORK_TYPES, SIGNALS, STATUS, as_float, as_int, as_option, as_text
-from .transport import choice as transport
 
 
 @dataclass(frozen=True, kw_only=True)

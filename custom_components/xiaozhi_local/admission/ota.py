@@ -22,7 +22,7 @@ from homeassistant.util import dt as dt_util
 from ..const import MAX_OTA_BODY, OTA_PATH, TRANSPORT_MQTT, TRANSPORT_WEBSOCKET
 from ..hub import XiaozhiHub, async_get_hub
 from ..protocol.messages import loads, normalize_mac
-from ..transport import choice as transport
+from . import transport_choice as transport
 from .pairing import activation_message
 from .reports import DeviceReport, async_apply_report
 

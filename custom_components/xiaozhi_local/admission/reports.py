@@ -46,7 +46,7 @@ class DeviceReport:
     follows_answer: bool = False
     """Stock firmware: it posts its ``partition_table`` and running ``ota`` label, and takes its
     transport from the answer. Clients that post only ``application`` and ``board`` (py-xiaozhi)
-    pick their transport themselves (transport/choice.py)."""
+    pick their transport themselves (admission/transport_choice.py)."""
 
     @property
     def identity(self) -> Identity:

@@ -195,3 +195,26 @@ def error_from(raw: Any) -> McpRemoteError:
     if isinstance(raw, str) and raw:
         return McpRemoteError(raw)
     return McpRemoteError("unknown error")
+
+
+TOOL_ALIASES: Final = {
+    # xiaozhi-sdk's built-in tools, and other clients that use the firmware's names without "self.".
+    "get_device_status": "self.get_device_status",
+    "set_volume": "self.audio_speaker.set_volume",
+    "set_brightness": "self.screen.set_brightness",
+    "set_theme": "self.screen.set_theme",
+    "take_photo": "self.camera.take_photo",
+}
+"""Names real clients give the firmware's tools → the firmware's name, which the rows below use."""
+
+
+def canonical_tools[T](tools: dict[str, T]) -> dict[str, T]:
+    """Tools by the firmware's name: ``set_volume`` becomes ``self.audio_speaker.set_volume``.
+
+    A tool already under the firmware's name wins over an alias of it.
+    """
+    out = {name: tool for name, tool in tools.items() if name not in TOOL_ALIASES}
+    for name, tool in tools.items():
+        if name in TOOL_ALIASES:
+            out.setdefault(TOOL_ALIASES[name], tool)
+    return out

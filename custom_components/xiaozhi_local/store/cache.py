@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from ..protocol.firmware import BoardFacts
-from ..protocol.mcp import McpTool, parse_tool
+from ..protocol.mcp import McpTool, canonical_tools, parse_tool
 from ..protocol.messages import loads
-from ..tools.table import canonical_tools
+
+REPORT_SAVE_DELAY = 10.0
+"""Seconds before what the device reported is saved (many reports make one write)."""
 
 
 @dataclass(frozen=True, slots=True)

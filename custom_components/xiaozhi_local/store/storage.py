@@ -25,7 +25,7 @@ from ..admission.pairing import new_token
 from ..admission.policy import default_title
 from ..const import DOMAIN, SUBENTRY_DEVICE
 from ..device import XiaozhiDevice
-from ..tools.readings import REPORT_SAVE_DELAY
+from .cache import REPORT_SAVE_DELAY
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -19,13 +19,11 @@ from ..const import DEFAULT_CALL_TIMEOUT
 from ..errors import tool_error, translated_error
 from ..protocol.logs import OnceLogger
 from ..protocol.mcp import McpError, McpTool, ToolResult
-from ..store.cache import PendingSetting, query_number
+from ..store.cache import REPORT_SAVE_DELAY, PendingSetting, query_number
 from .table import QUERY_TOOLS
 
 _LOGGER = logging.getLogger(__name__)
 
-REPORT_SAVE_DELAY = 10.0
-"""Seconds before what the device reported is saved (many reports make one write)."""
 USER_SAVE_DELAY = 0.0
 """Seconds before a setting the user made while the device was away reaches disk: at once (the
 entity shows it from then on, so a crash right after must not lose it)."""

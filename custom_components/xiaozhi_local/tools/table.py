@@ -24,15 +24,6 @@ VOLUME_QUERY: Final = "self.audio_speaker.get_volume"
 QUERY_TOOLS: Final = (STATUS, LAMP_STATE, IR_LIST, VOLUME_QUERY)
 """Tools that only read: their results feed the entities."""
 
-TOOL_ALIASES: Final = {
-    # xiaozhi-sdk's built-in tools, and other clients that use the firmware's names without "self.".
-    "get_device_status": STATUS,
-    "set_volume": "self.audio_speaker.set_volume",
-    "set_brightness": "self.screen.set_brightness",
-    "set_theme": "self.screen.set_theme",
-    "take_photo": "self.camera.take_photo",
-}
-"""Names real clients give the firmware's tools → the firmware's name, which the rows below use."""
 
 REBOOT_TOOL: Final = "self.reboot"
 """Not needed for the Restart button (``system`` ``reboot`` works on every firmware); no tool button."""
@@ -42,18 +33,6 @@ NEVER_BUTTONS: Final = frozenset({"self.upgrade_firmware", REBOOT_TOOL, *QUERY_T
 NETWORK_TYPES: Final = ["wifi", "cellular", "ethernet", "rndis"]
 SIGNALS: Final = ["strong", "medium", "weak", "very_weak", "unknown"]
 THEMES: Final = ["light", "dark"]
-
-
-def canonical_tools[T](tools: dict[str, T]) -> dict[str, T]:
-    """Tools by the firmware's name: ``set_volume`` becomes ``self.audio_speaker.set_volume``.
-
-    A tool already under the firmware's name wins over an alias of it.
-    """
-    out = {name: tool for name, tool in tools.items() if name not in TOOL_ALIASES}
-    for name, tool in tools.items():
-        if name in TOOL_ALIASES:
-            out.setdefault(TOOL_ALIASES[name], tool)
-    return out
 
 
 def value_at(queries: dict[str, Any], source: str, path: tuple[str, ...]) -> Any:

@@ -246,7 +246,7 @@ class WakeWords:
         link = device.link
         per_conversation = link is not None and link.conversation_is_connection
         if per_conversation:
-            # WebSocket: the end of its conversation is the one moment it can be restarted (transport/choice.py).
+            # WebSocket: the end of its conversation is the one moment it can restart (transport_choice.py).
             device.restarts.owe(Reason.WAKE_WORD)
         elif not await self._async_wait(job, lambda: device.idle, IDLE_WAIT):
             self.async_fail(job, "the device was never idle")

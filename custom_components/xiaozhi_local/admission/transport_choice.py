@@ -29,7 +29,7 @@ from ..device import XiaozhiDevice
 from ..restarts import Reason
 
 if TYPE_CHECKING:
-    from .mqtt import MqttEndpoint
+    from ..transport.mqtt import MqttEndpoint
 
 _LOGGER = logging.getLogger(__name__)
 
