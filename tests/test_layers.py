@@ -3,6 +3,7 @@ to its link through the link's inbound side, no import circle, no module too big
 
 import ast
 from pathlib import Path
+import re
 import shutil
 import subprocess
 import sys
@@ -343,7 +344,10 @@ def test_the_satellite_is_one_entity_that_owns_its_helpers() -> None:
     assert disables == []
 
 
-ROOMS = ("protocol", "sound", "admission", "transport", "store", "tools", "firmware", "wake_words", "satellite")
+ROOMS = (
+    *("protocol", "sound", "admission", "transport", "store", "tools", "firmware", "wake_words"),
+    *("home", "satellite"),
+)
 """The rooms (subpackages) bottom to top: each imports only those below it (docs/architecture.md)."""
 
 
@@ -358,3 +362,20 @@ def test_rooms_import_one_way() -> None:
         if "." in module and "." in imported and ROOMS.index(imported.split(".")[0]) > ROOMS.index(module.split(".")[0])
     )
     assert upward == []
+
+
+def test_what_spans_the_home_lives_in_its_rooms() -> None:
+    """The satellite's room holds one device's helpers: nothing HA-wide is made there (no ``Store``, no
+    ``hass.data`` key). The nearest round and the volumes owed are the home's; every file is the store's."""
+    for path in (COMPONENT / "satellite").glob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"\bStore\(", text), path.name
+        assert "HassKey(" not in text, path.name
+    files = sorted(
+        path.relative_to(COMPONENT).as_posix()
+        for path in COMPONENT.rglob("*.py")
+        if re.search(r"\bStore\(", path.read_text())  # Home Assistant's helpers.storage.Store
+    )
+    assert files, "the walk found no store"
+    assert [name for name in files if not name.startswith("store/")] == []
+    assert {path.name for path in (COMPONENT / "home").glob("*.py")} >= {"nearest.py", "wake_rate.py", "volumes.py"}

@@ -18,8 +18,8 @@ from homeassistant.core import HomeAssistant
 import pytest
 
 from custom_components.xiaozhi_local.const import EVENT_NEAREST
+from custom_components.xiaozhi_local.home import nearest, wake_rate
 from custom_components.xiaozhi_local.protocol.loudness import MAX_SCORE, speech_over_noise, wake_score
-from custom_components.xiaozhi_local.satellite import nearest, wake_rate
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.voice import frame, mic_packets, wake_clip
 

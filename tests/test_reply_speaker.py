@@ -22,9 +22,11 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
 from custom_components.xiaozhi_local.const import DOMAIN, SUBENTRY_DEVICE
-from custom_components.xiaozhi_local.satellite import reply_speaker, volumes
+from custom_components.xiaozhi_local.home import volumes
+from custom_components.xiaozhi_local.satellite import reply_speaker
 from custom_components.xiaozhi_local.satellite.quiet import DUCK_FACTOR, MAX_HOLD
 from custom_components.xiaozhi_local.satellite.reply_speaker import END_GRACE
+from custom_components.xiaozhi_local.store import ducked
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 
 from .conftest import (
@@ -427,7 +429,7 @@ async def test_a_volume_still_to_give_back_survives_a_restart(
     await hass.async_block_till_done()
     saved = hass_storage["xiaozhi_local.ducked"]["data"]["players"]
     assert saved == {room.entity_id("living_room_tv"): {"before": 0.63, "quieter": round(0.63 * DUCK_FACTOR, 3)}}
-    for key in (volumes.DUCKED, volumes.STORE):  # a new process: nothing of the old one in memory
+    for key in (volumes.DUCKED, ducked.STORE):  # a new process: nothing of the old one in memory
         hass.data.pop(key)
     assert await hass.config_entries.async_setup(entry_id)
     await hass.async_block_till_done()
@@ -489,7 +491,7 @@ async def test_an_unreadable_saved_volume_is_skipped_with_a_warning(
     tv = room.players["living_room_tv"]
     assert await hass.config_entries.async_unload(setup_integration.entry_id)
     hass.data.pop(volumes.DUCKED, None)
-    hass.data.pop(volumes.STORE, None)
+    hass.data.pop(ducked.STORE, None)
     key = "xiaozhi_local.ducked"
     hass_storage[key] = {"version": 1, "minor_version": 1, "key": key, "data": saved}
     assert await hass.config_entries.async_setup(setup_integration.entry_id)

@@ -19,7 +19,7 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.xiaozhi_local.const import DOMAIN
-from custom_components.xiaozhi_local.satellite import volumes
+from custom_components.xiaozhi_local.home import volumes
 
 from .conftest import device_subentry
 from .internals import hub_of, runner_of

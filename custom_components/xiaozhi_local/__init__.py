@@ -9,19 +9,18 @@ from homeassistant.core import Event, HomeAssistant, callback
 from homeassistant.helpers import config_validation as cv, llm as llm_helper
 from homeassistant.helpers.typing import ConfigType
 
-from .admission.identities import journal_store
 from .admission.ota import XiaozhiActivateView, XiaozhiOtaView
 from .const import DOMAIN
 from .driver import HubDriver
 from .firmware.installer import DATA_FIRMWARE
 from .firmware.server import XiaozhiFirmwareView
+from .home.volumes import async_forget_volumes, async_restore_volumes
 from .hub import DATA_HUB, XiaozhiConfigEntry
 from .llm import API_NAME, XiaozhiDevicesAPI
 from .repairs import async_check_ffmpeg, async_check_url
-from .satellite.volumes import async_forget_volumes, async_restore_volumes
 from .services import async_setup_services
 from .sound.announcements import DATA_ANNOUNCEMENTS, XiaozhiNotifyView
-from .store.storage import async_track_final_write, hub_store
+from .store.storage import async_track_final_write, hub_store, journal_store
 from .tools.vision import XiaozhiVisionView
 from .transport.endpoint import XiaozhiWebSocketView, register_open_view
 from .wake_words.change import DATA_WAKE_WORDS

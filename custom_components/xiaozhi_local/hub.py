@@ -32,8 +32,8 @@ from .const import (
 from .device import XiaozhiDevice
 from .firmware.files import LOCAL_FOLDER
 from .firmware.installer import FirmwareUpdates
+from .home.nearest import Nearest
 from .link import DeviceLink
-from .satellite.nearest import Nearest
 from .sound.announcements import AnnouncementStore
 from .sound.media import audio_executor
 from .store.storage import HubStorage

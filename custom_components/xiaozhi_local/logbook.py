@@ -1,4 +1,4 @@
-"""The logbook (Activity) says which device answered a wake word that several heard (``satellite/nearest.py``)."""
+"""The logbook (Activity) says which device answered a wake word that several heard (``home/nearest.py``)."""
 
 from collections.abc import Callable
 from typing import Any

@@ -22,14 +22,12 @@ import secrets
 from typing import Any, Final
 
 from homeassistant.const import CONF_CLIENT_ID
-from homeassistant.core import HomeAssistant
 from homeassistant.helpers.storage import Store
 
-from ..const import CONF_SERIAL, DOMAIN
+from ..const import CONF_SERIAL
 
 _LOGGER = logging.getLogger(__name__)
 
-STORAGE_VERSION: Final = 1
 MAX_PREVIOUS: Final = 4
 """Earlier tokens remembered per MAC."""
 MAX_FORGOTTEN: Final = 256
@@ -124,16 +122,11 @@ class Record:
         )
 
 
-def journal_store(hass: HomeAssistant, entry_id: str) -> Store[dict[str, Any]]:
-    """Where the hub ``entry_id`` keeps its journal (tokens: as private as HA's own auth store, 0600)."""
-    return Store(hass, STORAGE_VERSION, f"{DOMAIN}.{entry_id}.identities", private=True, atomic_writes=True)
-
-
 class IdentityJournal:
     """The records by MAC, saved at once (not on a delay) whenever one changes."""
 
-    def __init__(self, hass: HomeAssistant, entry_id: str) -> None:
-        self._store = journal_store(hass, entry_id)
+    def __init__(self, store: Store[dict[str, Any]]) -> None:
+        self._store = store  # store/storage.py: journal_store
         self.records: dict[str, Record] = {}
         self._changes = 0  # bumped by every change
         self._saved = 0  # the change count that is on disk

@@ -35,17 +35,17 @@ import probatio as vol
 
 from ..const import CONF_DUCK_ROOM
 from ..device import XiaozhiDevice
-from ..hub import XiaozhiConfigEntry
-from ..tasks import watched
-from .volumes import (
+from ..home.volumes import (
     DUCKED,
     Ducked,
     async_give_back_volume,
     async_set_volume,
-    ducked_store,
     own_volume,
     to_save,
 )
+from ..hub import XiaozhiConfigEntry
+from ..store.ducked import ducked_store
+from ..tasks import watched
 
 _LOGGER = logging.getLogger(__package__)
 

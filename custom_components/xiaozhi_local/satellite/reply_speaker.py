@@ -47,6 +47,7 @@ import probatio as vol
 
 from ..const import CONF_REPLY_PLAYER
 from ..device import XiaozhiDevice
+from ..home.volumes import VOLUME_TIMEOUT
 from ..hub import XiaozhiConfigEntry
 from ..protocol import voice
 from ..repairs import async_reply_player_failed, async_reply_player_played
@@ -64,7 +65,6 @@ from .player_watch import (
     polled,
 )
 from .quiet import PLAYING, QuietRoom, chosen
-from .volumes import VOLUME_TIMEOUT
 
 _LOGGER = logging.getLogger(__package__)
 

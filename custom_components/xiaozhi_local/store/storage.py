@@ -32,6 +32,11 @@ _LOGGER = logging.getLogger(__name__)
 STORAGE_VERSION = 1
 
 
+def journal_store(hass: HomeAssistant, entry_id: str) -> Store[dict[str, Any]]:
+    """Where the hub ``entry_id`` keeps its journal (tokens: as private as HA's own auth store, 0600)."""
+    return Store(hass, STORAGE_VERSION, f"{DOMAIN}.{entry_id}.identities", private=True, atomic_writes=True)
+
+
 _FINAL_WRITE_BEGAN: HassKey[bool] = HassKey(f"{DOMAIN}_final_write_began")
 
 
@@ -88,7 +93,7 @@ class HubStorage:
         self._store = hub_store(hass, entry.entry_id)
         self._cache: dict[str, Any] = {}  # by MAC: what was loaded, then the last cache that could be saved
         self._save_due: float | None = None
-        self.identities = IdentityJournal(hass, entry.entry_id)
+        self.identities = IdentityJournal(journal_store(hass, entry.entry_id))
 
     def cached(self, mac: str) -> dict[str, Any] | None:
         """What the device ``mac`` had when last saved."""

@@ -20,12 +20,11 @@ from homeassistant.core import CALLBACK_TYPE, Event, EventStateChangedData, Home
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers.event import async_track_state_change_event
-from homeassistant.helpers.storage import Store
 from homeassistant.util.hass_dict import HassKey
 import probatio as vol
 
 from ..const import DOMAIN
-from ..store.storage import async_save_later
+from ..store.ducked import async_save_soon, ducked_store
 from ..tasks import watched
 
 _LOGGER = logging.getLogger(__package__)
@@ -50,21 +49,11 @@ class Ducked:
 
 DUCKED: HassKey[dict[str, Ducked]] = HassKey(f"{DOMAIN}_ducked")
 """Every player made quieter, by entity id: shared, as two devices of a room may talk at once."""
-STORE: HassKey[Store[dict[str, Any]]] = HassKey(f"{DOMAIN}_ducked_store")
 GIVEN_BACK: HassKey[dict[str, tuple[float, float, float]]] = HassKey(f"{DOMAIN}_given_back")
 """Volumes given back lately, by player: (the volume, the quieter one, when). A player Home
 Assistant polls shows ours for a while after: the next exchange must not take it for its own."""
 GIVEN_BACK_MEMORY: Final = 30.0
 """Seconds a volume given back is remembered (a polled player updates within its poll interval)."""
-SAVE_DELAY: Final = 1.0
-"""Seconds after a change before the players made quieter are written (Home Assistant writes at its stop)."""
-
-
-def ducked_store(hass: HomeAssistant) -> Store[dict[str, Any]]:
-    """Where the players made quieter are kept across a restart (``xiaozhi_local.ducked``)."""
-    if (store := hass.data.get(STORE)) is None:
-        store = hass.data[STORE] = Store(hass, 1, f"{DOMAIN}.ducked")
-    return store
 
 
 def to_save(hass: HomeAssistant) -> dict[str, Any]:
@@ -76,7 +65,7 @@ def to_save(hass: HomeAssistant) -> dict[str, Any]:
 @callback
 def async_changed(hass: HomeAssistant) -> None:
     """The players made quieter changed: written soon, so that a restart does not lose a volume."""
-    async_save_later(hass, ducked_store(hass), lambda: to_save(hass), SAVE_DELAY)
+    async_save_soon(hass, lambda: to_save(hass))
 
 
 async def async_forget_volumes(hass: HomeAssistant) -> None:
