@@ -15,8 +15,10 @@ from typing import Any, cast
 from aiohttp.test_utils import TestClient
 from homeassistant.core import Event, HomeAssistant
 from homeassistant.helpers import area_registry as ar, device_registry as dr
+from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
+from pytest_homeassistant_custom_component.typing import WebSocketGenerator
 
 from custom_components.xiaozhi_local import logbook
 from custom_components.xiaozhi_local.const import (
@@ -27,9 +29,10 @@ from custom_components.xiaozhi_local.const import (
     EVENT_WAKE_IGNORED,
 )
 from custom_components.xiaozhi_local.diagnostics import async_get_config_entry_diagnostics
+from custom_components.xiaozhi_local.home import nearest
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 from custom_components.xiaozhi_local.protocol.loudness import speech_over_noise, wake_score
-from custom_components.xiaozhi_local.satellite import listening, nearest
+from custom_components.xiaozhi_local.satellite import listening
 from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.voice import mic_packets, wake_clip
 
@@ -435,3 +438,39 @@ async def test_over_udp_each_device_is_scored_while_the_window_runs(
     assert read_at_choice == [len(levels)]  # every recording was in (and being scored) before the choice
     assert outcomes == [level == max(levels) for level in levels]
     arbiter.shutdown()
+
+
+@pytest.fixture
+async def websocket_api_first(hass: HomeAssistant) -> None:
+    """HA's WebSocket API set up before the test client freezes the HTTP app's router."""
+    assert await async_setup_component(hass, "websocket_api", {})
+
+
+async def test_the_voice_wizard_is_shown_the_wake_word_as_said(
+    hass: HomeAssistant,
+    websocket_api_first: None,
+    ready: Voice,
+    hub: XiaozhiHub,
+    client: TestClient[Any, Any],
+    hass_ws_client: WebSocketGenerator,
+) -> None:
+    """Home Assistant's voice wizard waits for the next wake word: while the nearest device answers,
+    the phrase reaches the pipeline qualified by the device (``phrase_for``), but the wizard is shown
+    the word as it was said."""
+    other = await mqtt_device(hub, client, MAC2, CLIENT_ID2, **NEAR)  # two devices: the nearest is on
+    device = await mqtt_device(hub, client, MAC, CLIENT_ID, **NEAR)
+    try:
+        assert hub.nearest.phrase_for(hub.devices[MAC], "你好小智") != "你好小智"
+        ws = await hass_ws_client(hass)
+        await ws.send_json_auto_id(
+            {"type": "assist_satellite/intercept_wake_word", "entity_id": "assist_satellite.kitchen"}
+        )
+        assert (await ws.receive_json())["success"]
+        await device.connect()
+        speaking = asyncio.create_task(device.say(speech_pcm(), wake_word="你好小智", silence_after=1.0))
+        heard = await ws.receive_json()
+        assert heard["event"] == {"wake_word_phrase": "你好小智"}
+        await speaking
+    finally:
+        for sim in (device, other):
+            await sim.drop()

@@ -79,6 +79,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
 
     def __init__(self, device: XiaozhiDevice, description: EntityDescription) -> None:
         super().__init__(device, description)
+        self._intercepting = 0  # HA's voice wizard waits for the next wake word
         self._runner = Runner(device, self._config_entry, self._pipeline, self.tts_response_finished)
         self._text = TypedText(self._runner, self)
         self._listening = Listening(self._runner, self._text, self._async_accept_audio)
@@ -93,9 +94,19 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         return async_get_pipeline(self.hass, self._resolve_pipeline())
 
     async def _async_accept_audio(self, pcm: AsyncIterator[bytes], wake_phrase: str | None) -> None:
+        if wake_phrase is not None and not self._intercepting:  # the wizard is shown the phrase as said
+            wake_phrase = self._config_entry().runtime_data.nearest.phrase_for(self.device, wake_phrase)
         await self.async_accept_pipeline_from_satellite(
             pcm, start_stage=PipelineStage.STT, wake_word_phrase=wake_phrase
         )
+
+    async def async_intercept_wake_word(self) -> str | None:
+        """Home Assistant's voice wizard waits for the next wake word (``nearest.phrase_for`` aside)."""
+        self._intercepting += 1
+        try:
+            return await super().async_intercept_wake_word()
+        finally:
+            self._intercepting -= 1
 
     @property
     def available(self) -> bool:

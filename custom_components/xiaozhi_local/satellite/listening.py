@@ -244,9 +244,7 @@ class Listening:
 
         runner.events_for = run
         try:
-            if wake_phrase is not None:
-                wake_phrase = runner.entry().runtime_data.nearest.phrase_for(runner.device, wake_phrase)
-            await self._accept(pcm(), wake_phrase)
+            await self._accept(pcm(), wake_phrase)  # qualified by the entity (nearest.phrase_for)
         except Exception:
             _LOGGER.exception("Device %s: the voice pipeline failed", runner.device.mac)
         finally:
