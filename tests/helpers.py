@@ -173,6 +173,16 @@ async def regenerate(hass: HomeAssistant, entry: MockConfigEntry, mac: str = MAC
     return token
 
 
+def logged_by(caplog: pytest.LogCaptureFixture, logger: str) -> str:
+    """What ``logger`` (and its children) logged: a test reads the module under test, never all the
+    log (asyncio's slow-step lines on a busy machine name the test itself)."""
+    return "\n".join(r.getMessage() for r in caplog.records if r.name == logger or r.name.startswith(f"{logger}."))
+
+
 def logged_by_us(caplog: pytest.LogCaptureFixture) -> str:
-    """What the integration itself logged: never asyncio's slow-step lines, which name the test."""
-    return "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("custom_components.xiaozhi_local"))
+    """What the integration itself logged."""
+    return logged_by(caplog, "custom_components.xiaozhi_local")
+
+
+HTTP_BAN = "homeassistant.components.http.ban"
+"""Home Assistant's failed-login logger: a device's refusal must never count as a failed login."""

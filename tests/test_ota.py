@@ -16,7 +16,7 @@ from custom_components.xiaozhi_local.const import CONF_WEBSOCKET_URL, DOMAIN, OT
 from xiaozhi_sim import OtaTiming, SimulatedDevice, SimulatorOptions
 
 from .conftest import CLIENT_ID, FAST, MAC, TOKEN, ota_url, wait_for, ws_url
-from .helpers import placeholders_of, start_reconfigure
+from .helpers import HTTP_BAN, logged_by, placeholders_of, start_reconfigure
 from .internals import hub_of
 
 NEW_MAC = "aa:bb:cc:00:11:22"
@@ -108,7 +108,7 @@ async def test_a_client_that_waits_for_its_code_over_websocket_is_told_it(
     assert sdk.mcp_requests == []
     hub = hub_of(setup_integration)
     assert NEW_MAC not in hub.devices
-    assert "Login attempt failed" not in caplog.text
+    assert logged_by(caplog, HTTP_BAN) == ""  # no failed login
     # Another MAC presenting that token is a guess, as before.
     other = SimulatedDevice(SimulatorOptions(url=hub_url, token=token, mac="aa:bb:cc:00:11:99", flavor="xiaozhi-sdk"))
     with pytest.raises(Exception, match="401"):

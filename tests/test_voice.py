@@ -17,7 +17,7 @@ from xiaozhi_sim import SimulatedDevice, SimulatorOptions
 from xiaozhi_sim.voice import mic_packets
 
 from .conftest import MAC, TOKEN, wait_settled, ws_url
-from .helpers import EventWaiter, announce, until
+from .helpers import EventWaiter, announce, logged_by_us, until
 from .internals import hub_of, uplink_decoded
 from .voice import Voice, loud_seconds, speech_pcm, speech_seconds
 
@@ -268,7 +268,7 @@ async def test_announce_while_away(
     await announce(hass, "Hello")
     await announce(hass, "Hello again")
     assert ready.tts.messages == []
-    assert caplog.text.count("announcements are skipped between conversations") == 1
+    assert logged_by_us(caplog).count("announcements are skipped between conversations") == 1
 
 
 async def test_start_conversation(hass: HomeAssistant, ready: Voice, device: SimulatedDevice) -> None:
