@@ -254,6 +254,9 @@ def main() -> int:
     parser.add_argument(
         "--transports", nargs="+", choices=["websocket", "mqtt"], default=["websocket", "mqtt"], help="party: arms"
     )
+    parser.add_argument(
+        "--paces", nargs="+", choices=["idle", "slowed"], default=["idle", "slowed"], help="party: arms"
+    )
     parser.add_argument("--devices", type=int, default=1000, help="simulated devices for load")
     parser.add_argument("--concurrency", type=int, default=100, help="devices booting at once in the ramp")
     parser.add_argument("--hold", type=float, default=20.0, help="seconds to hold all devices connected")
@@ -303,7 +306,13 @@ def main() -> int:
     if args.which in ("party", "all"):
         reports.append(
             asyncio.run(
-                party(devices=args.count or 30, port=args.port, groups=args.groups, transports=tuple(args.transports))
+                party(
+                    devices=args.count or 30,
+                    port=args.port,
+                    groups=args.groups,
+                    transports=tuple(args.transports),
+                    paces=tuple(args.paces),
+                )
             )
         )
     if args.which in ("talkers", "all"):

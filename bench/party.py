@@ -184,7 +184,13 @@ def _row(outcome: dict[str, Any]) -> str:
 
 
 async def party(
-    *, devices: int, port: int, groups: int = 100, seed: int = 5, transports: tuple[str, ...] = ("websocket", "mqtt")
+    *,
+    devices: int,
+    port: int,
+    groups: int = 100,
+    seed: int = 5,
+    transports: tuple[str, ...] = ("websocket", "mqtt"),
+    paces: tuple[str, ...] = ("idle", "slowed"),
 ) -> str:
     """Every arm in turn; returns the README section."""
     from .__main__ import machine  # noqa: PLC0415 - shared with the other benches
@@ -192,7 +198,7 @@ async def party(
 
     with wave.open(str(SPEECH)) as wav:
         pcm = wav.readframes(int(16000 * QUESTION_S))
-    arms = [Arm(transport, slowed) for transport in transports for slowed in (False, True)]
+    arms = [Arm(transport, pace == "slowed") for transport in transports for pace in paces]
     outcomes = [await _arm(arm, devices=devices, port=port, groups=groups, seed=seed, pcm=pcm) for arm in arms]
     return "\n".join(
         [
