@@ -86,6 +86,7 @@ def _print_code(code: str, message: str) -> None:
 
 
 ASKING: set[str] = set()
+IDLE: set[asyncio.Task[None]] = set()  # "idle again" lines still to print (kept: tasks are weakly held)
 """Devices whose typed question waits for its answer (printed whole by ``type_questions``)."""
 
 
@@ -261,6 +262,11 @@ async def _answer_questions(device: SimulatedDevice, reader: asyncio.StreamReade
         if not line:
             continue
         try:
+            if line == "wake" and device.is_connected:
+                # The firmware hears its wake word only when idle (listening, it takes what it hears as
+                # the open conversation's next words): the demo's word is said to idle devices, as if
+                # each conversation still open had been ended by its button.
+                await device.link.close_audio_channel()
             await _wake(device)
             marker, heard = len(device.log), len(device.speaker_pcm)
             # After the answer it listens on, as the firmware does in auto mode, until Home Assistant
@@ -290,8 +296,16 @@ async def _answer_questions(device: SimulatedDevice, reader: asyncio.StreamReade
         seconds = (len(device.speaker_pcm) - heard) / 2 / 24000
         print(f'you typed: "{line}"; Home Assistant said: "{said}" ({seconds:.1f} s of speech)', flush=True)
         if per_conversation:  # Home Assistant ends the conversation: the socket closes, it is idle
-            await device.wait_closed()
-            print(f"{device.options.mac} is idle again (disconnected)", flush=True)
+            IDLE.add(asyncio.create_task(_say_idle(device)))  # the next line is read meanwhile
+
+
+async def _say_idle(device: SimulatedDevice) -> None:
+    """Once the conversation is over (Home Assistant ended it, or the next ``wake`` did)."""
+    try:
+        await device.wait_closed()
+        print(f"{device.options.mac} is idle again (disconnected)", flush=True)
+    finally:
+        IDLE.discard(asyncio.current_task())
 
 
 async def _answered_or_ended(device: SimulatedDevice, marker: int) -> bool:
