@@ -379,3 +379,20 @@ def test_what_spans_the_home_lives_in_its_rooms() -> None:
     assert files, "the walk found no store"
     assert [name for name in files if not name.startswith("store/")] == []
     assert {path.name for path in (COMPONENT / "home").glob("*.py")} >= {"nearest.py", "wake_rate.py", "volumes.py"}
+
+
+def test_the_satellite_marks_what_it_overrides() -> None:
+    """Every method of Home Assistant's satellite entity (or Entity) that ours overrides says so (``@override``)."""
+    from homeassistant.components.assist_satellite import AssistSatelliteEntity
+
+    tree = ast.parse((COMPONENT / "assist_satellite.py").read_text())
+    satellite = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "XiaozhiAssistSatellite")
+    methods = [n for n in satellite.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    inherited = [m.name for m in methods if m.name != "__init__" and hasattr(AssistSatelliteEntity, m.name)]
+    assert len(inherited) >= 10  # the walk sees them
+    unmarked = [
+        m.name
+        for m in methods
+        if m.name in inherited and not any(isinstance(d, ast.Name) and d.id == "override" for d in m.decorator_list)
+    ]
+    assert unmarked == []

@@ -6,7 +6,7 @@ media). It answers Home Assistant's calls and the device's link by handing each 
 """
 
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Any, Final, override
 
 from homeassistant.components import tts
 from homeassistant.components.assist_pipeline import Pipeline, PipelineEvent, PipelineStage, async_get_pipeline
@@ -100,6 +100,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             pcm, start_stage=PipelineStage.STT, wake_word_phrase=wake_phrase
         )
 
+    @override
     async def async_intercept_wake_word(self) -> str | None:
         """Home Assistant's voice wizard waits for the next wake word (``nearest.phrase_for`` aside)."""
         self._intercepting += 1
@@ -109,6 +110,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             self._intercepting -= 1
 
     @property
+    @override
     def available(self) -> bool:
         """Unavailable while an always-connected device is off (as ESPHome's satellites are).
 
@@ -117,6 +119,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
         """
         return super().available and not self.device.off
 
+    @override
     async def async_added_to_hass(self) -> None:
         """Take the device's voice; handle the timers set by talking to it."""
         await super().async_added_to_hass()
@@ -176,10 +179,12 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
 
     # -- Home Assistant's satellite ------------------------------------------------------------
 
+    @override
     def on_pipeline_event(self, event: PipelineEvent) -> None:
         """Tell the device what the pipeline does (``satellite/runner.py``)."""
         self._runner.on_pipeline_event(event)
 
+    @override
     def _resolve_vad_sensitivity(self) -> float:
         """Seconds of silence after which HA's VAD ends the utterance.
 
@@ -191,41 +196,49 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             return PUSH_TO_TALK_SILENCE
         return super()._resolve_vad_sensitivity()
 
+    @override
     async def async_internal_announce(self, *args: Any, **kwargs: Any) -> None:
         """Skipped for a device away between conversations; refused when off; replaces a turn."""
         if self._playback.may_announce():
             await super().async_internal_announce(*args, **kwargs)
 
+    @override
     async def async_internal_ask_question(self, *args: Any, **kwargs: Any) -> AssistSatelliteAnswer | None:
         """Ask on the open channel: the device listens after the question, the answer is matched."""
         self._playback.before_question()
         return await self._playback.async_wait_answer(super().async_internal_ask_question(*args, **kwargs))
 
+    @override
     async def async_internal_start_conversation(self, *args: Any, **kwargs: Any) -> None:
         """Refuse before any speech is made when the device is away; it replaces a running turn."""
         self._runner.link_or_raise()
         self._runner.supersede()
         await super().async_internal_start_conversation(*args, **kwargs)
 
+    @override
     async def async_announce(self, announcement: AssistSatelliteAnnouncement) -> None:
         """Speak it now, blocking until it has been played (``satellite/playback.py``)."""
         await self._playback.async_announce(announcement)
 
+    @override
     async def async_start_conversation(self, start_announcement: AssistSatelliteAnnouncement) -> None:
         """Speak, then the device listens: in auto mode ``tts stop`` makes it open its microphone."""
         await self.async_announce(start_announcement)
 
     @property
+    @override
     def pipeline_entity_id(self) -> str | None:
         """The device's pipeline select."""
         return er.async_get(self.hass).async_get_entity_id("select", DOMAIN, f"{self.device.mac}-pipeline")
 
     @property
+    @override
     def vad_sensitivity_entity_id(self) -> str | None:
         """The device's VAD sensitivity select."""
         return er.async_get(self.hass).async_get_entity_id("select", DOMAIN, f"{self.device.mac}-vad_sensitivity")
 
     @callback
+    @override
     def async_get_configuration(self) -> AssistSatelliteConfiguration:
         """The wake words Home Assistant's voice settings offer: those of the Wake word select.
 
@@ -259,6 +272,7 @@ class XiaozhiAssistSatellite(XiaozhiEntity, AssistSatelliteEntity):
             available_wake_words=available, active_wake_words=[active], max_active_wake_words=1
         )
 
+    @override
     async def async_set_configuration(self, config: AssistSatelliteConfiguration) -> None:
         """A wake word chosen in Home Assistant's voice settings: the same change as the Wake word select."""
         current = self.async_get_configuration()
