@@ -82,7 +82,9 @@ async def test_call_tool_and_a_setting(
     volume = await entity_of(hass, hub, fw, "number", "volume")
     await hass.services.async_call("number", "set_value", {"entity_id": volume, "value": 35}, blocking=True)
     if transport == "websocket":  # not connected between conversations: it waits for the next one
-        await in_conversation(fw)
+        # Pressed and held (push-to-talk): open until released, however slow the machine. A
+        # conversation that ends by its 5 s of silence could close before the calls below.
+        fw.command(f"ptt {SPEECH}")
     device = device_of(hub, fw)
     await wait_for(device, lambda d: d.link is not None, timeout=30)
     await fw.wait(
@@ -97,6 +99,8 @@ async def test_call_tool_and_a_setting(
     assert status["is_error"] is False
     info = await call_tool(hass, hub, fw, "self.get_system_info")  # a user-only tool
     assert info["data"]["mac_address"] == fw.mac
+    if transport == "websocket":
+        fw.command("stop")  # released
 
 
 @pytest.mark.parametrize("transport", ["mqtt"], indirect=True)
