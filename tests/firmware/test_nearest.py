@@ -5,13 +5,13 @@ hear the word 30 ms apart, the near one at -20 dBFS and the far one at -32 dBFS 
 -50 dBFS room: the firmware's 2 s of wake audio, ``listen detect``, ``listen start``.
 """
 
-import asyncio
 import time
 import wave
 
 from homeassistant.core import HomeAssistant
 import pytest
 
+from bench.bench_probe.hog import LoopHog
 from custom_components.xiaozhi_local.const import EVENT_NEAREST
 from custom_components.xiaozhi_local.hub import XiaozhiHub
 
@@ -91,7 +91,8 @@ async def test_the_nearer_device_answers_on_a_slowed_loop(
     near, far = await paired(NEAR_MAC), await paired(FAR_MAC)
     for fw in (near, far):
         await converse(fw)
-    busy = LoopHog(hass, block=0.015, every=0.02)
+    busy = LoopHog()
+    busy.set("15,20")  # ms blocked, of every
     try:
         decisions = EventWaiter(hass, EVENT_NEAREST)
         marks = dict(
@@ -103,24 +104,4 @@ async def test_the_nearer_device_answers_on_a_slowed_loop(
         assert event.data["winner"] == device_of(hub, near).device_id, event.data
         assert replies(far.received(marks[FAR_MAC])) == 0
     finally:
-        busy.stop()
-
-
-class LoopHog:
-    """Blocks the event loop for ``block`` seconds every ``every`` seconds, until stopped."""
-
-    def __init__(self, hass: HomeAssistant, block: float, every: float) -> None:
-        self._loop = hass.loop
-        self._block, self._every = block, every
-        self._handle: asyncio.TimerHandle | None = self._loop.call_later(every, self._hog)
-
-    def _hog(self) -> None:
-        end = time.monotonic() + self._block
-        while time.monotonic() < end:  # busy: what a neighbour's CPU-bound callback does to the loop
-            pass
-        self._handle = self._loop.call_later(self._every, self._hog)
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        busy.set("0")

@@ -61,7 +61,7 @@ class Contender:
 
     device: XiaozhiDevice
     arrived: float
-    audio: Callable[[], list[bytes]]  # its wake audio so far (read when the round decides)
+    audio: Callable[[], list[bytes]]  # its wake audio so far (read when it is scored)
     won: asyncio.Future[bool]
     score: asyncio.Future[float | None] | None = None  # scored at once when its audio is complete
     benched: bool = False  # it woke too often: it does not compete
